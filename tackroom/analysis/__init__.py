@@ -1,0 +1,1 @@
+"""Turning episode records into numbers: success, intervals, ceilings, mismatch."""

@@ -1,0 +1,566 @@
+"""The ``tackroom`` command line: eval, runs, show, export, harness, tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import difflib
+import fnmatch
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from tackroom.core.errors import ConfigError, TackroomError, TaskNotFound
+from tackroom.core.policy import Sampling
+from tackroom.core.task import Suite, Task
+
+console = Console()
+err_console = Console(stderr=True)
+
+DEFAULT_DB = os.environ.get("TACKROOM_DB", "./tackroom-runs/tackroom.duckdb")
+
+app = typer.Typer(
+    name="tackroom",
+    help="Evaluate, diagnose and train language-model agents across harnesses.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+    epilog=(
+        "Examples:\n\n"
+        "  tackroom eval --suite miniwob --harness som-tools,html-commands,outline-coords "
+        "--policy expert --seeds 0-9\n\n"
+        "  tackroom eval --suite toy --policy openai:Qwen/Qwen3-8B --base-url http://127.0.0.1:8000/v1\n\n"
+        "  tackroom runs\n\n  tackroom show RUN_ID EPISODE_ID\n\n  tackroom harness list"
+    ),
+)
+harness_app = typer.Typer(help="Inspect and check harness files.", no_args_is_help=True)
+app.add_typer(harness_app, name="harness")
+
+DbOpt = Annotated[str, typer.Option("--db", help="Record store (DuckDB file).")]
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def parse_seeds(text: str) -> list[int]:
+    """``0-9``, ``0,3,7`` or ``0-4,10`` → sorted unique seeds."""
+    seeds: set[int] = set()
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "-" in part:
+                a, b = part.split("-", 1)
+                lo, hi = int(a), int(b)
+                if hi < lo:
+                    raise ValueError
+                seeds.update(range(lo, hi + 1))
+            else:
+                seeds.add(int(part))
+    except ValueError:
+        raise ConfigError(f"cannot read seeds {text!r}", "--seeds",
+                          "write a range or list, e.g. 0-9 or 0,3,7") from None
+    if not seeds:
+        raise ConfigError("no seeds given", "--seeds", "e.g. --seeds 0-9")
+    return sorted(seeds)
+
+
+def _split(values: list[str] | None) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        out.extend(x.strip() for x in v.split(",") if x.strip())
+    return out
+
+
+def select_tasks(suite: Suite, patterns: list[str]) -> list[Task]:
+    """Tasks matching ids or globs; ``@expert`` means every task with an expert."""
+    tasks = suite.tasks()
+    by_id = {t.id: t for t in tasks}
+    chosen: dict[str, Task] = {}
+    for pat in patterns:
+        if pat == "@expert":
+            matched = [t for t in tasks if t.has_expert]
+        elif pat == "@all":
+            matched = tasks
+        else:
+            name = pat.split("/", 1)[1] if pat.startswith(suite.name + "/") else pat
+            matched = [t for t in tasks if fnmatch.fnmatchcase(t.id, name)]
+            if not matched:
+                close = difflib.get_close_matches(name, list(by_id), n=3)
+                hint = f"did you mean {', '.join(close)}?" if close else \
+                    f"see `tackroom tasks --suite {suite.name}`"
+                raise TaskNotFound(f"no task matches {pat!r} in suite {suite.name!r}",
+                                   "--tasks", hint)
+        for t in matched:
+            chosen.setdefault(t.id, t)
+    return list(chosen.values())
+
+
+def _open_store(db: str):
+    from tackroom.records import RecordStore
+
+    return RecordStore(db)
+
+
+def _new_run_id() -> str:
+    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+# -- eval ------------------------------------------------------------------------------------
+@app.command("eval")
+def eval_cmd(
+    suite: Annotated[str, typer.Option(help="Suite: miniwob, toy.")] = "miniwob",
+    tasks: Annotated[list[str] | None, typer.Option(
+        "--tasks", "-t", help="Task ids or globs (comma-separated); @expert = tasks with an "
+        "expert, @all = every task.")] = None,
+    harness: Annotated[list[str] | None, typer.Option(
+        "--harness", "-H", help="Harness names or .toml paths (comma-separated).")] = None,
+    policy: Annotated[list[str] | None, typer.Option(
+        "--policy", "-p", help="expert | openai:MODEL[@URL] | replay:RUN_ID")] = None,
+    seeds: Annotated[str, typer.Option(help="Seeds, e.g. 0-9 or 0,3,7.")] = "0-4",
+    concurrency: Annotated[int, typer.Option("--concurrency", "-n",
+                                             help="Episodes at a time.")] = 0,
+    base_url: Annotated[str | None, typer.Option(
+        help="OpenAI-compatible server URL (default $OPENAI_BASE_URL).")] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.0,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling.")] = 1.0,
+    max_tokens: Annotated[int, typer.Option(help="Max completion tokens per turn.")] = 512,
+    logprobs: Annotated[bool, typer.Option(help="Ask the server for log-probs.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds per model call.")] = 60.0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the grid, run nothing.")] = False,
+    resume: Annotated[str | None, typer.Option(
+        help="Finish RUN: re-run only missing and infra-failed episodes.")] = None,
+    by_task: Annotated[bool, typer.Option(help="Also print the per-task matrix.")] = True,
+    db: DbOpt = DEFAULT_DB,
+) -> None:
+    """Run a grid of episodes and print success by harness × policy.
+
+    [bold]Examples[/bold]
+
+      tackroom eval --suite miniwob --harness som-tools,html-commands,outline-coords \\
+          --policy expert --seeds 0-9
+
+      tackroom eval --suite toy --tasks 'click-*' --policy openai:my-model \\
+          --base-url http://127.0.0.1:8000/v1 --seeds 0-19 -n 8
+
+      tackroom eval --resume 20261129-101500-ab12
+    """
+    from tackroom.harness.spec import load_harness
+    from tackroom.policies import make_policy
+    from tackroom.runner.grid import plan_grid, resume_attempts
+    from tackroom.suites import get_suite
+
+    store = None
+    if resume:
+        store = _open_store(db)
+        run = store.run(resume)
+        if run is None:
+            raise ConfigError(f"no run {resume!r}", db, "list runs with `tackroom runs`")
+        cfg = run["config"] if isinstance(run["config"], dict) else json.loads(run["config"])
+        suite, tasks, harness, policy = cfg["suite"], cfg["tasks"], cfg["harnesses"], cfg["policies"]
+        seeds, concurrency = cfg["seeds"], concurrency or cfg.get("concurrency", 0)
+        base_url = base_url or cfg.get("base_url")
+        sampling = Sampling(**cfg["sampling"])
+        timeout = cfg.get("timeout", timeout)
+    else:
+        sampling = Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                            logprobs=logprobs)
+    the_suite = get_suite(suite)
+    policy_specs = _split(policy) or ["expert"]
+    default_tasks = ["@expert"] if all(p == "expert" for p in policy_specs) else ["@all"]
+    task_list = select_tasks(the_suite, _split(tasks) or default_tasks)
+    harness_names = _split(harness) or ["som-tools", "html-commands", "outline-coords"]
+    specs = [load_harness(h) for h in harness_names]
+    if resume:
+        recorded = cfg.get("harness_hashes", {})
+        for h in specs:
+            if recorded.get(h.name) not in (None, h.hash):
+                raise ConfigError(
+                    f"harness {h.name!r} changed since the run (was {recorded[h.name]}, "
+                    f"now {h.hash})", h.source,
+                    "restore the harness file, or start a new run instead of --resume")
+    seed_list = seeds if isinstance(seeds, list) else parse_seeds(seeds)
+    opts: dict[str, Any] = {"timeout": timeout}
+    if base_url:
+        opts["base_url"] = base_url
+    policies = [make_policy(p, db=db, **opts) for p in policy_specs]
+    plan = plan_grid(task_list, specs, policies, seed_list, sampling)
+    if concurrency <= 0:
+        concurrency = 4 if suite == "miniwob" else 16
+        if any(p.startswith("openai:") for p in policy_specs):
+            concurrency = 8
+
+    if dry_run:
+        _print_plan(plan, suite, seed_list, policy_specs)
+        return
+
+    if store is None:
+        store = _open_store(db)
+    run_id = resume or _new_run_id()
+    config = {
+        "suite": suite, "tasks": [t.id for t in task_list], "harnesses": harness_names,
+        "harness_hashes": {h.name: h.hash for h in specs}, "policies": policy_specs,
+        "seeds": seed_list, "sampling": sampling.to_dict(), "concurrency": concurrency,
+        "base_url": base_url, "timeout": timeout,
+    }
+    cells = plan.cells
+    done = 0
+    if resume:
+        cells, done = resume_attempts(plan, store.episode_ids(run_id))
+    store.start_run(run_id, command="eval", config=config, n_planned=len(plan.cells))
+    console.print(f"[bold]run[/bold] {run_id}: {len(plan.cells)} episodes "
+                  f"({len(task_list)} tasks × {len(specs)} harnesses × {len(policies)} "
+                  f"policies × {len(seed_list)} seeds), {concurrency} at a time"
+                  + (f"; {done} already recorded, {len(cells)} to run" if resume else ""))
+    if plan.inexpressible:
+        console.print(f"[dim]{len(plan.inexpressible)} (task, harness) pairs cannot be "
+                      "expressed by the harness and are not run[/dim]")
+    status = "finished"
+    try:
+        _run_with_progress(cells, the_suite, run_id, store, concurrency)
+    except KeyboardInterrupt:
+        status = "interrupted"
+        err_console.print(f"[yellow]interrupted[/yellow] — finish with: "
+                          f"tackroom eval --resume {run_id}")
+        raise typer.Exit(130) from None
+    except TackroomError:
+        status = "interrupted"
+        err_console.print(f"[dim]recorded episodes kept; finish with: "
+                          f"tackroom eval --resume {run_id}[/dim]")
+        raise
+    finally:
+        store.finish_run(run_id, status)
+        _print_results(store, run_id, [h.name for h in specs], policy_specs, plan, by_task)
+        store.close()
+        for p in policies:
+            asyncio.run(p.aclose())
+
+
+def _run_with_progress(cells, suite, run_id, store, concurrency) -> None:
+    from tackroom.runner.grid import run_cells
+
+    counts = {"success": 0, "done": 0, "infra": 0}
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("eta"),
+        TimeRemainingColumn(), console=console, transient=False,
+        disable=not cells,
+    ) as progress:
+        bar = progress.add_task("episodes", total=len(cells), stats="")
+
+        def on_episode(ep) -> None:
+            if ep.outcome.value == "infra_error":
+                counts["infra"] += 1
+                progress.update(bar, stats=_stats(counts))
+                if ep.attempt >= 1:
+                    progress.advance(bar)
+                    counts["done"] += 1
+                return
+            counts["done"] += 1
+            counts["success"] += ep.outcome.value == "success"
+            progress.update(bar, advance=1, stats=_stats(counts))
+
+        asyncio.run(run_cells(cells, suite, run_id, store=store, concurrency=concurrency,
+                              on_episode=on_episode))
+
+
+def _stats(c: dict[str, int]) -> str:
+    rate = c["success"] / c["done"] if c["done"] else 0.0
+    infra = f" [magenta]{c['infra']} infra[/magenta]" if c["infra"] else ""
+    return f"success {100 * rate:.0f}%{infra}"
+
+
+def _print_plan(plan, suite: str, seeds: list[int], policies: list[str]) -> None:
+    table = Table(title=f"Dry run: {len(plan.cells)} episodes on suite {suite}",
+                  title_justify="left")
+    for col in ("harness", "hash", "policy", "tasks", "seeds", "episodes"):
+        table.add_column(col)
+    groups: dict[tuple[str, str, str], set[str]] = {}
+    for c in plan.cells:
+        groups.setdefault((c.harness.name, c.harness.hash, c.policy.id), set()).add(c.task.id)
+    for (h, hh, p), ts in groups.items():
+        table.add_row(h, hh, p, str(len(ts)), f"{seeds[0]}–{seeds[-1]} ({len(seeds)})",
+                      str(len(ts) * len(seeds)))
+    console.print(table)
+    for task, h in plan.inexpressible:
+        console.print(f"[dim]cannot express: {task.id} under {h.name} "
+                      f"(needs {', '.join(sorted(task.requires - h.interface.supports))})[/dim]")
+
+
+def _print_results(store, run_id: str, harnesses: list[str], policies: list[str], plan,
+                   by_task: bool) -> None:
+    from tackroom.report.terminal import summary_table, task_matrix
+
+    rows = store.episodes(run_id=run_id)
+    if not rows:
+        return
+    inexpressible: dict[str, int] = {}
+    for _, h in plan.inexpressible:
+        inexpressible[h.name] = inexpressible.get(h.name, 0) + 1
+    pairs = {(t.key, h.name) for t, h in plan.inexpressible}
+    if by_task:
+        for p in sorted({r["policy"] for r in rows}):
+            console.print(task_matrix(rows, harnesses, p, pairs))
+    console.print(summary_table(rows, inexpressible=inexpressible or None))
+    console.print(f"records: {store.path} (run {run_id})")
+
+
+# -- runs / show / export ----------------------------------------------------------------------
+@app.command("runs")
+def runs_cmd(db: DbOpt = DEFAULT_DB,
+             limit: Annotated[int, typer.Option(help="How many runs to list.")] = 20) -> None:
+    """List recorded runs, newest first.
+
+    [bold]Example[/bold]:  tackroom runs --db ./tackroom-runs/tackroom.duckdb
+    """
+    with _open_store(db) as store:
+        runs = store.runs()[:limit]
+    table = Table(title=f"Runs in {db}", title_justify="left")
+    for col in ("run", "created", "command", "status", "episodes", "success", "infra err"):
+        table.add_column(col)
+    for r in runs:
+        created = r.get("created_at")
+        if isinstance(created, (int, float)):
+            created = _dt.datetime.fromtimestamp(created).strftime("%Y-%m-%d %H:%M")
+        n = r.get("n_episodes", 0)
+        rate = r.get("success_rate")
+        table.add_row(r["run_id"], str(created)[:16], str(r.get("command", "")),
+                      str(r.get("status", "")), f"{n}/{r.get('n_planned', '?')}",
+                      f"{100 * rate:.0f}%" if rate is not None else "",
+                      str(r.get("infra_errors", 0) or ""))
+    console.print(table)
+
+
+@app.command("show")
+def show_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")],
+             episode: Annotated[str | None, typer.Argument(
+                 help="Episode id or prefix: replay it turn by turn.")] = None,
+             db: DbOpt = DEFAULT_DB,
+             full: Annotated[bool, typer.Option(help="Show every message, not the last.")] = False,
+             ) -> None:
+    """Summarise a run, or replay one of its episodes turn by turn.
+
+    [bold]Examples[/bold]
+
+      tackroom show latest
+
+      tackroom show 20261129-101500-ab12 3f9c2a
+    """
+    from tackroom.report.terminal import summary_table
+
+    with _open_store(db) as store:
+        run_id = store.latest_run_id() if run == "latest" else run
+        if run_id is None or store.run(run_id) is None:
+            raise ConfigError(f"no run {run!r}", db, "list runs with `tackroom runs`")
+        if episode is None:
+            rows = store.episodes(run_id=run_id)
+            console.print(summary_table(rows, title=f"Run {run_id}"))
+            table = Table(title="Episodes (first 40)", title_justify="left")
+            for col in ("episode", "task", "harness", "policy", "seed", "outcome", "turns"):
+                table.add_column(col)
+            for r in rows[:40]:
+                table.add_row(r["episode_id"][:10], r["task"], r["harness"], r["policy"],
+                              str(r["seed"]), r["outcome"], str(r["n_turns"]))
+            console.print(table)
+            return
+        ep = store.load_episode(episode)
+    _replay(ep, full)
+
+
+def _replay(ep, full: bool) -> None:
+    from rich.panel import Panel
+
+    console.print(Panel(
+        f"[bold]{ep.task}[/bold] under [bold]{ep.harness}[/bold]@{ep.harness_hash} by "
+        f"{ep.policy}, seed {ep.seed}, attempt {ep.attempt}\n"
+        f"instruction: {ep.instruction}\noutcome: [bold]{ep.outcome.value}[/bold] "
+        f"reward {ep.reward:.2f}" + (f"\nerror: {ep.error}" if ep.error else ""),
+        title=f"episode {ep.episode_id}"))
+    for t in ep.turns:
+        msgs = t.messages if full else t.messages[-1:]
+        body = []
+        for m in msgs:
+            content = m.get("content") or ""
+            if m.get("tool_calls"):
+                content += "\n" + json.dumps(m["tool_calls"])
+            body.append(f"[cyan]{m['role']}[/cyan]: {content}")
+        out = t.raw_text or ""
+        if t.tool_calls:
+            out += "\n" + "\n".join(f"{c['function']['name']}({c['function']['arguments']})"
+                                    for c in t.tool_calls)
+        body.append(f"[green]model[/green]: {out.strip()}")
+        if t.parse_error:
+            body.append(f"[red]parse error[/red]: {t.parse_error}")
+        if t.actions:
+            body.append("[yellow]actions[/yellow]: " + ", ".join(
+                json.dumps(a) for a in t.actions))
+        if t.action_error:
+            body.append(f"[red]action error[/red]: {t.action_error}")
+        if t.feedback:
+            body.append(f"[magenta]feedback[/magenta]: {t.feedback}")
+        console.print(Panel("\n".join(body), title=f"turn {t.index}",
+                            subtitle=f"policy {t.t_policy * 1000:.0f} ms · env "
+                            f"{t.t_env * 1000:.0f} ms · tokens "
+                            f"{t.prompt_tokens}+{t.completion_tokens}"))
+
+
+@app.command("export")
+def export_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")],
+               fmt: Annotated[str, typer.Option("--format", "-f",
+                                                help="jsonl | parquet | atif")] = "jsonl",
+               out: Annotated[str | None, typer.Option("--out", "-o", help="Output path.")] = None,
+               db: DbOpt = DEFAULT_DB) -> None:
+    """Export a run's episodes: JSONL, Parquet (for `datasets`), or ATIF trajectory.json files.
+
+    [bold]Examples[/bold]
+
+      tackroom export latest --format parquet --out episodes.parquet
+
+      tackroom export latest --format atif --out trajectories/
+    """
+    from tackroom.records import export_atif, export_jsonl, export_parquet
+
+    writers = {"jsonl": export_jsonl, "parquet": export_parquet, "atif": export_atif}
+    if fmt not in writers:
+        raise ConfigError(f"unknown export format {fmt!r}", "--format",
+                          "choose jsonl, parquet or atif")
+    with _open_store(db) as store:
+        run_id = store.latest_run_id() if run == "latest" else run
+        if run_id is None or store.run(run_id) is None:
+            raise ConfigError(f"no run {run!r}", db, "list runs with `tackroom runs`")
+        target = out or {"jsonl": f"{run_id}.jsonl", "parquet": f"{run_id}.parquet",
+                         "atif": f"{run_id}-atif"}[fmt]
+        n = writers[fmt](store, run_id, target)
+    console.print(f"wrote {n} episodes to {target}")
+
+
+# -- tasks -----------------------------------------------------------------------------------
+@app.command("tasks")
+def tasks_cmd(suite: Annotated[str, typer.Option(help="Suite name.")] = "miniwob") -> None:
+    """List a suite's tasks, what they require, and which have an expert.
+
+    [bold]Example[/bold]:  tackroom tasks --suite toy
+    """
+    from tackroom.suites import get_suite
+
+    s = get_suite(suite)
+    table = Table(title=f"Tasks in {suite}", title_justify="left")
+    for col in ("task", "requires", "expert", "description"):
+        table.add_column(col)
+    for t in s.tasks():
+        table.add_row(t.id, ",".join(sorted(t.requires)), "yes" if t.has_expert else "",
+                      t.description)
+    console.print(table)
+
+
+# -- harness ---------------------------------------------------------------------------------
+@harness_app.command("list")
+def harness_list() -> None:
+    """List the harnesses on the search path ($TACKROOM_HARNESS_PATH, ./harnesses, built-in)."""
+    from tackroom.harness.spec import list_harnesses, load_harness
+
+    table = Table(title="Harnesses", title_justify="left")
+    for col in ("name", "hash", "renderer", "interface", "parser", "per turn", "on error",
+                "file"):
+        table.add_column(col)
+    for name, path in list_harnesses().items():
+        try:
+            h = load_harness(str(path))
+        except TackroomError as e:
+            table.add_row(name, "[red]invalid[/red]", e.what, "", "", "", "", str(path))
+            continue
+        table.add_row(h.name, h.hash, h.observation["renderer"], h.actions["interface"],
+                      h.actions["parser"], str(h.loop["actions_per_turn"]),
+                      h.loop["on_action_error"], str(path))
+    console.print(table)
+
+
+@harness_app.command("show")
+def harness_show(name: Annotated[str, typer.Argument(help="Harness name or path.")]) -> None:
+    """Print a harness fully resolved (after extends), with its hash and system prompt."""
+    from tackroom.harness.session import HarnessSession
+    from tackroom.harness.spec import load_harness
+
+    h = load_harness(name)
+    console.print(f"[bold]{h.name}[/bold]@{h.hash}  ({h.source})")
+    if len(h.extends) > 1:
+        console.print("extends: " + " -> ".join(Path(p).stem for p in h.extends))
+    console.print_json(json.dumps(h.content()))
+    console.rule("system prompt the model sees")
+    console.print(HarnessSession(h, "").messages()[0]["content"], markup=False)
+
+
+@harness_app.command("diff")
+def harness_diff(a: Annotated[str, typer.Argument(help="First harness.")],
+                 b: Annotated[str, typer.Argument(help="Second harness.")]) -> None:
+    """Show which slots differ between two harnesses (after extends)."""
+    from tackroom.harness.spec import load_harness
+
+    ha, hb = load_harness(a), load_harness(b)
+    table = Table(title=f"{ha.ident} vs {hb.ident}", title_justify="left")
+    for col in ("slot", ha.name, hb.name):
+        table.add_column(col, overflow="fold")
+    ca, cb = ha.content(), hb.content()
+    n = 0
+    for slot in ca:
+        va, vb = ca[slot], cb[slot]
+        if isinstance(va, dict):
+            for k in sorted(set(va) | set(vb)):
+                if va.get(k) != vb.get(k):
+                    table.add_row(f"{slot}.{k}", repr(va.get(k)), repr(vb.get(k)))
+                    n += 1
+        elif va != vb:
+            table.add_row(slot, repr(va), repr(vb))
+            n += 1
+    console.print(table if n else "identical content (same hash)")
+
+
+@harness_app.command("validate")
+def harness_validate(paths: Annotated[list[str], typer.Argument(
+        help="Harness files or names.")]) -> None:
+    """Check harness files; exit 1 if any is invalid.
+
+    [bold]Example[/bold]:  tackroom harness validate harnesses/*.toml
+    """
+    from tackroom.harness.spec import load_harness
+
+    bad = 0
+    for p in paths:
+        try:
+            h = load_harness(p)
+            console.print(f"[green]ok[/green] {p}: {h.ident}")
+        except TackroomError as e:
+            bad += 1
+            err_console.print(f"[red]invalid[/red] {e.line()}")
+    if bad:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """Entry point: user errors print one line and exit 2, never a traceback."""
+    try:
+        app()
+    except TackroomError as e:
+        err_console.print(f"[bold red]error:[/bold red] {e.line()}", highlight=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/yellow]")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

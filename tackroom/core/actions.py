@@ -1,0 +1,109 @@
+"""Typed actions: what an agent can do to an environment.
+
+An action is a small frozen dataclass. Harnesses parse model output into
+actions; environments execute them. Every action round-trips through
+``to_dict`` / ``action_from_dict`` so that records store them as plain JSON.
+
+The action *kinds* (``Action.kind``) are also the capabilities that a task
+requires and that a harness's action interface offers: a task that needs
+``type`` cannot be expressed by a harness that can only ``click``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Action:
+    """Base class of all actions; ``kind`` names the action in records."""
+
+    kind: ClassVar[str] = "action"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form: ``{"kind": ..., **fields}``."""
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class Click(Action):
+    """Click the element with reference ``ref`` (as shown by the renderer)."""
+
+    ref: int
+    kind: ClassVar[str] = "click"
+
+
+@dataclass(frozen=True)
+class Type(Action):
+    """Focus the element ``ref`` and type ``text`` into it."""
+
+    ref: int
+    text: str
+    kind: ClassVar[str] = "type"
+
+
+@dataclass(frozen=True)
+class ClickAt(Action):
+    """Click at page coordinates (``x``, ``y``) in CSS pixels."""
+
+    x: float
+    y: float
+    kind: ClassVar[str] = "click_at"
+
+
+@dataclass(frozen=True)
+class TypeText(Action):
+    """Type ``text`` into whatever element has the keyboard focus."""
+
+    text: str
+    kind: ClassVar[str] = "type_text"
+
+
+@dataclass(frozen=True)
+class Press(Action):
+    """Press a key or key combination, e.g. ``Enter``, ``C-a``."""
+
+    key: str
+    kind: ClassVar[str] = "press"
+
+
+@dataclass(frozen=True)
+class Shell(Action):
+    """Run a shell command (terminal and code suites)."""
+
+    cmd: str
+    kind: ClassVar[str] = "shell"
+
+
+@dataclass(frozen=True)
+class Edit(Action):
+    """Replace ``old`` by ``new`` in ``path`` (code suite)."""
+
+    path: str
+    old: str
+    new: str
+    kind: ClassVar[str] = "edit"
+
+
+@dataclass(frozen=True)
+class Submit(Action):
+    """Declare the task finished, optionally with an answer."""
+
+    answer: str = ""
+    kind: ClassVar[str] = "submit"
+
+
+ACTION_TYPES: dict[str, type[Action]] = {
+    cls.kind: cls for cls in (Click, Type, ClickAt, TypeText, Press, Shell, Edit, Submit)
+}
+
+
+def action_from_dict(data: dict[str, Any]) -> Action:
+    """Inverse of :meth:`Action.to_dict`; raises ``ValueError`` on an unknown kind."""
+    kind = data.get("kind")
+    cls = ACTION_TYPES.get(str(kind))
+    if cls is None:
+        raise ValueError(f"unknown action kind {kind!r}; known: {sorted(ACTION_TYPES)}")
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})

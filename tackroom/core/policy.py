@@ -1,0 +1,101 @@
+"""The policy protocol: chat messages (+ tool schemas) in, text and/or tool calls out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from tackroom.core.actions import Action
+from tackroom.core.observation import Observation
+from tackroom.core.task import Expert, Task
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling parameters; part of the episode id, so two runs that differ here differ."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    seed: int | None = None
+    logprobs: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """An OpenAI-style tool call; ``arguments`` is the raw JSON string the model wrote."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass
+class PolicyResponse:
+    """One model answer.
+
+    ``token_ids`` / ``logprobs`` are the sampled completion tokens and their
+    log-probabilities when the backend returns them (``None`` otherwise).
+    ``adapter`` names the LoRA adapter that served the call, when any.
+    """
+
+    text: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    model: str = ""
+    adapter: str | None = None
+    finish_reason: str = "stop"
+
+
+@dataclass
+class ExpertView:
+    """What a scripted policy (expert, replay) may see besides the messages.
+
+    ``encode`` is the harness's own encoder: it writes actions the way a model
+    would have to (text commands or tool calls) and returns ``None`` for an
+    action the harness cannot express.
+    """
+
+    task: Task
+    observation: Observation
+    state: dict[str, Any]
+    encode: Callable[[list[Action]], PolicyResponse | None]
+    expert: Expert | None = None
+    seed: int = 0
+    harness: str = ""
+    turn: int = 0
+
+
+@dataclass
+class PolicyRequest:
+    """Everything a policy gets for one turn."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    sampling: Sampling = field(default_factory=Sampling)
+    view: ExpertView | None = None
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that answers chat messages.
+
+    ``id`` names the policy in records (never contains secrets).
+    """
+
+    id: str
+
+    async def act(self, request: PolicyRequest) -> PolicyResponse: ...
+
+    async def aclose(self) -> None: ...

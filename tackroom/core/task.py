@@ -1,0 +1,130 @@
+"""Tasks, environments and suites: the Gymnasium-shaped contract every suite meets."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from tackroom.core.actions import Action
+from tackroom.core.observation import Observation
+
+#: Capabilities a task may require and a harness's action interface may offer.
+CAPABILITIES = ("click", "type", "press", "drag", "scroll", "shell", "edit", "submit")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work.
+
+    Attributes:
+        id: unique within the suite, e.g. ``click-test-2``.
+        suite: the suite name, e.g. ``miniwob``.
+        requires: capabilities an action interface needs to solve it at all.
+        description: one line for listings (the per-seed instruction comes
+            from ``Environment.reset``).
+        has_expert: whether the suite ships a scripted expert for it.
+        meta: suite-specific details.
+    """
+
+    id: str
+    suite: str
+    requires: frozenset[str] = frozenset({"click"})
+    description: str = ""
+    has_expert: bool = False
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def key(self) -> str:
+        """``suite/id``, the global task name used in records."""
+        return f"{self.suite}/{self.id}"
+
+
+@dataclass
+class StepResult:
+    """What ``Environment.step`` returns (Gymnasium's 5-tuple, named).
+
+    ``success`` is the verifier's verdict, set when ``terminated`` is true.
+    """
+
+    observation: Observation
+    reward: float
+    terminated: bool
+    truncated: bool = False
+    success: bool | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A live episode of a task: ``reset(seed)`` then ``step(action)`` until terminated.
+
+    ``step`` raises :class:`~tackroom.core.errors.ActionError` for an action
+    the page rejects and :class:`~tackroom.core.errors.InfraError` when the
+    infrastructure fails. ``blocking`` tells the runner to call the
+    environment from a worker thread (browsers, sandboxes).
+    """
+
+    blocking: bool
+
+    def reset(self, seed: int) -> Observation: ...
+
+    def step(self, action: Action) -> StepResult: ...
+
+    def close(self) -> None: ...
+
+
+class Suite(Protocol):
+    """A named collection of tasks with a pool of environments to run them."""
+
+    name: str
+
+    def tasks(self) -> list[Task]: ...
+
+    def expert(self, task: Task) -> Expert | None:
+        """The scripted solver for ``task``, if the suite has one."""
+        ...
+
+    def pool(self, size: int) -> EnvironmentPool: ...
+
+
+class EnvironmentPool(Protocol):
+    """Hands out environments; a browser pool reuses and restarts browsers."""
+
+    size: int
+
+    def acquire(self, task: Task) -> contextlib.AbstractAsyncContextManager[Environment]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Expert(Protocol):
+    """A scripted solver: given the observation, the next action(s).
+
+    ``state`` is a dict kept for the episode, for solvers that need memory.
+    An expert never touches the environment: the harness encodes its
+    actions in the harness's own format and parses them back, so an expert's
+    success is a lower bound of what the harness allows.
+    """
+
+    def __call__(self, obs: Observation, state: dict[str, Any]) -> list[Action]: ...
+
+
+class SimplePool:
+    """A pool for cheap in-process environments: one new environment per episode."""
+
+    def __init__(self, factory: Any, size: int) -> None:
+        self._factory = factory
+        self.size = size
+
+    @contextlib.asynccontextmanager
+    async def acquire(self, task: Task) -> AsyncIterator[Environment]:
+        env = self._factory(task)
+        try:
+            yield env
+        finally:
+            env.close()
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,1 @@
+"""Harnesses: specs, renderers, parsers, action interfaces, sessions."""

@@ -1,0 +1,358 @@
+"""Harness specs: TOML files with named slots, ``extends``, validation and identity.
+
+A harness file looks like::
+
+    name = "som-tools-reflect"
+    extends = "som-tools"          # inherit every slot, override some
+    [loop]
+    on_action_error = "reflect"
+
+Slots: ``[prompt]`` (system prompt and turn templates), ``[observation]``
+(renderer and its options), ``[actions]`` (interface and parser), ``[loop]``
+(control logic), ``[budget]`` (turns, tokens, wall seconds) and
+``[[skills]]`` (procedural text). Everything is checked at load time: an
+unknown slot or key, an unknown renderer, a value out of range raises
+:class:`HarnessError` naming the file, the slot and what is allowed.
+
+Identity is ``(name, hash)``: the hash covers the resolved content (after
+``extends``), not the name, so two files with the same content share a hash.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tackroom.core.errors import HarnessError
+from tackroom.harness import registry
+
+BUILTIN_DIR = Path(__file__).parent / "harnesses"
+
+DEFAULT_SYSTEM = (
+    "You are an agent that operates a web page to complete a task. "
+    "Each turn you see the page and act on it."
+)
+
+#: Defaults for every slot; a harness file overrides what it names.
+DEFAULTS: dict[str, Any] = {
+    "prompt": {
+        "system": DEFAULT_SYSTEM,
+        "first_turn": "Task: {instruction}\n\nPage:\n{observation}{budget}",
+        "next_turn": "{feedback}Page:\n{observation}{budget}",
+    },
+    "observation": {"renderer": "element_list", "max_chars": 12000, "options": {}},
+    "actions": {"interface": "element_refs", "parser": "tool_calls"},
+    "loop": {
+        "actions_per_turn": 1,
+        "history": 4,
+        "on_malformed": "feedback",
+        "on_action_error": "feedback",
+        "max_consecutive_errors": 5,
+        "reflect_prompt": (
+            "Before acting again, reflect in one or two sentences on why the last "
+            "action failed and what you will do differently."
+        ),
+    },
+    "budget": {"turns": 12, "tokens": 0, "wall_seconds": 300.0, "state_to_model": True},
+    "skills": [],
+}
+
+_TOP = {"name", "description", "extends", "version", "prompt", "observation", "actions",
+        "loop", "budget", "skills"}
+_PLACEHOLDERS = {
+    "first_turn": {"instruction", "observation", "budget"},
+    "next_turn": {"feedback", "observation", "budget", "instruction"},
+}
+
+
+@dataclass(frozen=True)
+class Skill:
+    """A named piece of procedural text the harness shows the model."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class HarnessSpec:
+    """A fully resolved, validated harness. Build with :func:`load_harness` or :func:`parse_harness`."""
+
+    name: str
+    description: str
+    prompt: dict[str, str]
+    observation: dict[str, Any]
+    actions: dict[str, str]
+    loop: dict[str, Any]
+    budget: dict[str, Any]
+    skills: tuple[Skill, ...] = ()
+    source: str = ""
+    extends: tuple[str, ...] = field(default=(), compare=False)
+
+    def content(self) -> dict[str, Any]:
+        """The resolved slots (what the hash covers)."""
+        return {
+            "prompt": self.prompt,
+            "observation": self.observation,
+            "actions": self.actions,
+            "loop": self.loop,
+            "budget": self.budget,
+            "skills": [{"name": s.name, "text": s.text} for s in self.skills],
+        }
+
+    @property
+    def hash(self) -> str:
+        """Content hash of the resolved harness (12 hex digits)."""
+        blob = json.dumps(self.content(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @property
+    def ident(self) -> str:
+        """``name@hash``, how runs and reports name a harness."""
+        return f"{self.name}@{self.hash}"
+
+    @property
+    def interface(self) -> Any:
+        return registry.INTERFACES[self.actions["interface"]]
+
+    @property
+    def parser(self) -> Any:
+        return registry.PARSERS[self.actions["parser"]]
+
+    def to_toml_dict(self) -> dict[str, Any]:
+        """Name, description and resolved slots, as a harness file would hold them."""
+        return {"name": self.name, "description": self.description, **self.content()}
+
+
+def search_path() -> list[Path]:
+    """Where harness names are looked up: ``$TACKROOM_HARNESS_PATH``, ``./harnesses``, built-ins."""
+    dirs = [Path(p) for p in os.environ.get("TACKROOM_HARNESS_PATH", "").split(os.pathsep) if p]
+    dirs.append(Path.cwd() / "harnesses")
+    dirs.append(BUILTIN_DIR)
+    return dirs
+
+
+def list_harnesses() -> dict[str, Path]:
+    """Every harness name findable on the search path (first one wins) → its file."""
+    found: dict[str, Path] = {}
+    for d in search_path():
+        if d.is_dir():
+            for p in sorted(d.glob("*.toml")):
+                found.setdefault(p.stem, p)
+    return found
+
+
+def find_harness(ref: str, relative_to: Path | None = None, where: str = "--harness") -> Path:
+    """Resolve a harness name or path to a file, or raise a HarnessError that lists names."""
+    p = Path(ref)
+    candidates = []
+    if relative_to is not None:
+        candidates += [relative_to / ref, relative_to / f"{ref}.toml"]
+    candidates += [p] if p.suffix == ".toml" else []
+    for c in candidates:
+        if c.is_file():
+            return c
+    for d in search_path():
+        c = d / f"{ref}.toml"
+        if c.is_file():
+            return c
+    names = ", ".join(sorted(list_harnesses()))
+    raise HarnessError(f"no harness named {ref!r}", where,
+                       f"use a .toml path or one of: {names}")
+
+
+def load_harness(ref: str) -> HarnessSpec:
+    """Load a harness by name (search path) or by file path, resolving ``extends``."""
+    path = find_harness(ref)
+    raw, chain = _resolve(path, [])
+    return parse_harness(raw, source=str(path), chain=tuple(chain))
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise HarnessError(f"not valid TOML: {e}", str(path),
+                           "fix the syntax (see https://toml.io)") from None
+    except OSError as e:
+        raise HarnessError(f"cannot read harness file: {e.strerror}", str(path)) from None
+
+
+def _resolve(path: Path, seen: list[str]) -> tuple[dict[str, Any], list[str]]:
+    key = str(path.resolve())
+    if key in seen:
+        raise HarnessError("circular 'extends'", str(path),
+                           "chain: " + " -> ".join(Path(s).stem for s in seen + [key]))
+    raw = _read(path)
+    parent_ref = raw.get("extends")
+    if parent_ref is None:
+        return raw, [str(path)]
+    if not isinstance(parent_ref, str):
+        raise HarnessError("'extends' must be a harness name or path", f"{path} extends")
+    parent_path = find_harness(parent_ref, relative_to=path.parent, where=f"{path} extends")
+    base, chain = _resolve(parent_path, seen + [key])
+    merged = _merge(base, raw)
+    merged["name"] = raw.get("name", path.stem)
+    if "description" not in raw:
+        merged["description"] = base.get("description", "")
+    return merged, chain + [str(path)]
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if k == "extends":
+            continue
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def parse_harness(raw: dict[str, Any], source: str = "<memory>",
+                  chain: tuple[str, ...] = ()) -> HarnessSpec:
+    """Validate a resolved harness dict (no ``extends``) and build the spec."""
+    registry.ensure_builtins()
+    where = source
+    unknown = set(raw) - _TOP
+    if unknown:
+        raise HarnessError(f"unknown slot(s) {sorted(unknown)}", where,
+                           f"allowed top-level keys: {', '.join(sorted(_TOP))}")
+    name = raw.get("name") or Path(source).stem
+    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
+        raise HarnessError(f"invalid name {name!r}", f"{where} name",
+                           "use letters, digits, '-' and '_'")
+    slots: dict[str, Any] = {}
+    for slot in ("prompt", "observation", "actions", "loop", "budget"):
+        value = raw.get(slot, {})
+        if not isinstance(value, dict):
+            raise HarnessError(f"[{slot}] must be a table", f"{where} [{slot}]")
+        allowed = set(DEFAULTS[slot])
+        bad = set(value) - allowed
+        if bad:
+            raise HarnessError(f"unknown key(s) {sorted(bad)} in [{slot}]", f"{where} [{slot}]",
+                               f"allowed: {', '.join(sorted(allowed))}")
+        merged = {**copy.deepcopy(DEFAULTS[slot]), **value}
+        slots[slot] = merged
+    _check_prompt(slots["prompt"], where)
+    _check_observation(slots["observation"], where)
+    _check_actions(slots["actions"], where)
+    _check_loop(slots["loop"], where)
+    _check_budget(slots["budget"], where)
+    skills = _check_skills(raw.get("skills", []), where)
+    return HarnessSpec(
+        name=name,
+        description=str(raw.get("description", "")),
+        prompt=slots["prompt"],
+        observation=slots["observation"],
+        actions=slots["actions"],
+        loop=slots["loop"],
+        budget=slots["budget"],
+        skills=skills,
+        source=source,
+        extends=chain,
+    )
+
+
+def _type(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> None:
+    if isinstance(value, bool) and kind is not bool and bool not in (
+        kind if isinstance(kind, tuple) else (kind,)
+    ):
+        raise HarnessError(f"{what} must be {_kind_name(kind)}, got {value!r}", where)
+    if not isinstance(value, kind):
+        raise HarnessError(f"{what} must be {_kind_name(kind)}, got {value!r}", where)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({"str": "a string", "int": "an integer", "float": "a number",
+                        "bool": "true/false", "dict": "a table"}.get(k.__name__, k.__name__)
+                       for k in kinds)
+
+
+def _range(value: Any, lo: float, hi: float, where: str, what: str) -> None:
+    _type(value, (int, float), where, what)
+    if not lo <= value <= hi:
+        raise HarnessError(f"{what} = {value} is out of range", where,
+                           f"allowed: {lo:g} to {hi:g}")
+
+
+def _choice(value: Any, allowed: list[str] | set[str], where: str, what: str) -> None:
+    if value not in allowed:
+        raise HarnessError(f"unknown {what} {value!r}", where,
+                           f"allowed: {', '.join(sorted(allowed))}")
+
+
+def _check_prompt(p: dict[str, Any], where: str) -> None:
+    for key, value in p.items():
+        _type(value, str, f"{where} [prompt].{key}", key)
+        allowed = _PLACEHOLDERS.get(key)
+        if allowed is None:
+            continue
+        try:
+            value.format(**{k: "" for k in allowed})
+        except KeyError as e:
+            raise HarnessError(f"unknown placeholder {{{e.args[0]}}}", f"{where} [prompt].{key}",
+                               f"allowed: {', '.join('{' + a + '}' for a in sorted(allowed))}"
+                               ) from None
+        except (ValueError, IndexError) as e:
+            raise HarnessError(f"bad template: {e}", f"{where} [prompt].{key}",
+                               "write literal braces as {{ and }}") from None
+
+
+def _check_observation(o: dict[str, Any], where: str) -> None:
+    _choice(o["renderer"], set(registry.RENDERERS), f"{where} [observation].renderer", "renderer")
+    _range(o["max_chars"], 0, 1_000_000, f"{where} [observation].max_chars", "max_chars")
+    _type(o["options"], dict, f"{where} [observation].options", "options")
+
+
+def _check_actions(a: dict[str, Any], where: str) -> None:
+    _choice(a["interface"], set(registry.INTERFACES), f"{where} [actions].interface", "interface")
+    _choice(a["parser"], set(registry.PARSERS), f"{where} [actions].parser", "parser")
+
+
+def _check_loop(loop: dict[str, Any], where: str) -> None:
+    w = f"{where} [loop]"
+    _range(loop["actions_per_turn"], 1, 50, f"{w}.actions_per_turn", "actions_per_turn")
+    _type(loop["actions_per_turn"], int, f"{w}.actions_per_turn", "actions_per_turn")
+    _range(loop["history"], 0, 1000, f"{w}.history", "history")
+    _type(loop["history"], int, f"{w}.history", "history")
+    _choice(loop["on_malformed"], ["feedback", "end"], f"{w}.on_malformed", "on_malformed policy")
+    _choice(loop["on_action_error"], ["feedback", "reflect", "end"], f"{w}.on_action_error",
+            "on_action_error policy")
+    _range(loop["max_consecutive_errors"], 1, 1000, f"{w}.max_consecutive_errors",
+           "max_consecutive_errors")
+    _type(loop["reflect_prompt"], str, f"{w}.reflect_prompt", "reflect_prompt")
+
+
+def _check_budget(b: dict[str, Any], where: str) -> None:
+    w = f"{where} [budget]"
+    _range(b["turns"], 1, 10_000, f"{w}.turns", "turns")
+    _type(b["turns"], int, f"{w}.turns", "turns")
+    _range(b["tokens"], 0, 100_000_000, f"{w}.tokens", "tokens (0 = no limit)")
+    _range(b["wall_seconds"], 0, 7 * 86400, f"{w}.wall_seconds", "wall_seconds (0 = no limit)")
+    _type(b["state_to_model"], bool, f"{w}.state_to_model", "state_to_model")
+
+
+def _check_skills(skills: Any, where: str) -> tuple[Skill, ...]:
+    if not isinstance(skills, list):
+        raise HarnessError("skills must be an array of tables ([[skills]])", f"{where} skills")
+    out = []
+    for i, s in enumerate(skills):
+        w = f"{where} [[skills]] #{i + 1}"
+        if not isinstance(s, dict):
+            raise HarnessError("each skill must be a table with name and text", w)
+        bad = set(s) - {"name", "text"}
+        if bad:
+            raise HarnessError(f"unknown key(s) {sorted(bad)}", w, "allowed: name, text")
+        if not isinstance(s.get("name"), str) or not isinstance(s.get("text"), str):
+            raise HarnessError("a skill needs a string name and a string text", w)
+        out.append(Skill(s["name"], s["text"]))
+    return tuple(out)

@@ -1,0 +1,37 @@
+"""Policy backends by spec string: ``expert``, ``openai:MODEL``, ``replay:RUN_ID``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tackroom.core.errors import PolicyError
+from tackroom.core.policy import Policy
+
+POLICY_KINDS = ("expert", "openai:MODEL[@BASE_URL]", "replay:RUN_ID[:POLICY]")
+
+
+def make_policy(spec: str, *, db: str | None = None, **opts: Any) -> Policy:
+    """Build a policy from its spec string.
+
+    Args:
+        spec: ``expert``; ``openai:MODEL`` (base URL from ``--base-url`` or
+            ``OPENAI_BASE_URL``, key from ``OPENAI_API_KEY``); ``replay:RUN_ID``.
+        db: the record store, for ``replay``.
+        opts: backend options (``base_url``, ``timeout``, ``max_retries``, ``concurrency``).
+    """
+    kind, _, rest = spec.partition(":")
+    if kind == "expert" and not rest:
+        from tackroom.policies.expert import ExpertPolicy
+
+        return ExpertPolicy()
+    if kind == "openai" and rest:
+        from tackroom.policies.openai_policy import make_openai_policy
+
+        return make_openai_policy(spec, **opts)
+    if kind == "replay" and rest:
+        from tackroom.policies.replay import ReplayPolicy
+
+        run_id, _, source = rest.partition(":")
+        return ReplayPolicy(run_id, db or "./tackroom-runs/tackroom.duckdb", source or None)
+    raise PolicyError(f"unknown policy {spec!r}", "--policy",
+                      f"use one of: {', '.join(POLICY_KINDS)}")

@@ -1,0 +1,446 @@
+"""The ``openai`` policy: any OpenAI-compatible chat-completions server.
+
+vLLM, SGLang, Ollama, llama.cpp's server and OpenAI itself all speak this API.
+We use the official ``openai`` SDK for the wire format but do the retrying
+ourselves (the SDK's ``max_retries`` is 0) so that which failures are retried,
+how often and how long we wait are explicit here and testable.
+
+Failure classes, and why:
+
+* connection refused / reset, timeouts, HTTP 429 and 5xx: transient or
+  infrastructure trouble. Retried with exponential backoff and jitter; when the
+  retries run out, :class:`InfraError` — the episode gets ``infra_error`` and is
+  never scored as the model's failure.
+* HTTP 401/403 (bad key), 404 (no such model), other 4xx (a request the server
+  will never accept): retrying cannot help and every episode would fail the same
+  way, so :class:`PolicyError` — the run stops with one clear line.
+  A prompt longer than the server's context is a 400 too, but it belongs to one
+  episode, not the run: :class:`ContextLengthExceeded` (a ``PolicyError``) lets
+  the runner tell the two apart.
+
+The API key is a secret: it is never part of ``id``, ``repr``, ``describe()``
+or any error text, and server messages are scrubbed of it before we quote them
+(OpenAI echoes part of a wrong key back in its 401 message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import openai
+
+from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
+from tackroom.core.policy import PolicyRequest, PolicyResponse, ToolCall
+
+__all__ = ["ContextLengthExceeded", "OpenAIPolicy", "make_openai_policy"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+START_SERVER = "start your vLLM/SGLang server or pass --base-url"
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]"}
+# OpenAI-style secret keys, in case a server quotes one we did not send.
+_KEY_PATTERN = re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-*]{8,}")
+_CONTEXT_WORDS = ("context length", "context_length", "maximum context", "context window",
+                  "too long", "max_model_len", "maximum model length")
+
+
+@dataclass
+class _Failure:
+    """A transient failure of one attempt, kept as plain data (no SDK exception)."""
+
+    kind: str  # "status" (429/5xx), "timeout" or "connection"
+    status: int = 0
+    message: str = ""
+    retry_after: str | None = None
+
+    def final(self, policy: OpenAIPolicy, attempts: int) -> InfraError:
+        """The error to raise once the retries are spent."""
+        if self.kind == "status":
+            return InfraError(
+                f"model server at {policy.url} answered HTTP {self.status} {attempts} "
+                f"time(s): {self.message}", policy.id,
+                "wait and --resume, lower concurrency, or check the server's log")
+        if self.kind == "timeout":
+            return InfraError(
+                f"model server at {policy.url} timed out after {policy.timeout:g}s "
+                f"({attempts} attempt(s))", policy.id,
+                "raise the policy timeout, lower concurrency, or check the server's load")
+        return InfraError(
+            f"model server at {policy.url} unreachable ({self.message}; {attempts} "
+            "attempt(s))", policy.id, START_SERVER)
+
+
+def _clean_url(url: str) -> str:
+    """``url`` without user-info, query or fragment: safe to print and record."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _is_openai_host(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host == "openai.com" or host.endswith(".openai.com")
+
+
+def _is_local(url: str) -> bool:
+    return (urlsplit(url).hostname or "").lower() in _LOCAL_HOSTS
+
+
+class OpenAIPolicy:
+    """A :class:`~tackroom.core.policy.Policy` backed by an OpenAI-compatible server.
+
+    Args:
+        model: the model name the server serves (for vLLM: ``--served-model-name``
+            or a LoRA adapter's name).
+        base_url: the API root ending in ``/v1``; default ``$OPENAI_BASE_URL``,
+            else OpenAI's.
+        api_key: default ``$OPENAI_API_KEY``. Without one, any server other than
+            api.openai.com gets ``"EMPTY"``, as vLLM users pass.
+        timeout: seconds for one HTTP attempt.
+        max_retries: retries after the first attempt, for transient failures.
+        max_concurrency: at most this many requests in flight from this policy.
+        backoff_base, backoff_max: retry ``n`` (from 0) waits
+            ``min(backoff_max, backoff_base * 2**n)`` times a jitter in [0.5, 1];
+            a ``Retry-After`` header on a 429/503 is honoured up to ``backoff_max``.
+        return_token_ids: ask for sampled token ids (vLLM's ``return_token_ids``
+            extension). ``None`` (default): ask when the server is local, where it
+            is almost surely vLLM/SGLang; hosted APIs may reject unknown fields.
+        extra_body: more fields for every request (e.g. ``{"top_k": 20}``).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        max_concurrency: int = 16,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+        return_token_ids: bool | None = None,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        if not model:
+            raise PolicyError("empty model name", "openai:", "write openai:MODEL")
+        if max_retries < 0 or max_concurrency < 1 or timeout <= 0:
+            raise PolicyError(
+                f"bad settings (max_retries={max_retries}, max_concurrency={max_concurrency}, "
+                f"timeout={timeout})", f"openai:{model}",
+                "use max_retries >= 0, max_concurrency >= 1, timeout > 0")
+        self.model = model
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
+        self.base_url = self.base_url.rstrip("/")
+        self.url = _clean_url(self.base_url)
+        self.id = f"openai:{model}"
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.max_concurrency = int(max_concurrency)
+        self.backoff_base = float(backoff_base)
+        self.backoff_max = float(backoff_max)
+        self.return_token_ids = (_is_local(self.base_url) if return_token_ids is None
+                                 else return_token_ids)
+        self.extra_body = dict(extra_body or {})
+
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        if not key:
+            if _is_openai_host(self.base_url):
+                raise PolicyError(f"no API key for {self.url}", self.id,
+                                  "set OPENAI_API_KEY or pass --base-url for a local server")
+            key = "EMPTY"
+        # Kept only inside the client and for scrubbing; never printed.
+        self._secrets = [key] if key != "EMPTY" else []
+        self._client = openai.AsyncOpenAI(
+            api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0)
+        self._semaphore = asyncio.Semaphore(self.max_concurrency)
+
+    # ------------------------------------------------------------ identity
+    def __repr__(self) -> str:
+        return f"OpenAIPolicy(model={self.model!r}, base_url={self.url!r})"
+
+    def describe(self) -> dict[str, Any]:
+        """Settings for the run config snapshot (no secrets)."""
+        return {
+            "backend": "openai",
+            "id": self.id,
+            "model": self.model,
+            "base_url": self.url,
+            "api_key_set": bool(self._secrets),
+            "timeout": self.timeout,
+            "max_retries": self.max_retries,
+            "max_concurrency": self.max_concurrency,
+            "return_token_ids": self.return_token_ids,
+            "extra_body": self._scrub_obj(self.extra_body),
+        }
+
+    # ----------------------------------------------------------------- act
+    async def act(self, request: PolicyRequest) -> PolicyResponse:
+        s = request.sampling
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "max_tokens": s.max_tokens,
+        }
+        if s.seed is not None:
+            kwargs["seed"] = s.seed
+        if request.tools:
+            kwargs["tools"] = request.tools
+            kwargs["tool_choice"] = "auto"
+        if s.logprobs:
+            kwargs["logprobs"] = True
+        extra = dict(self.extra_body)
+        if self.return_token_ids:
+            extra["return_token_ids"] = True
+        if extra:
+            kwargs["extra_body"] = extra
+        data = await self._post_with_retries(kwargs)
+        return self._parse(data)
+
+    async def _post_with_retries(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            failure = await self._attempt(kwargs)
+            if isinstance(failure, bytes):
+                return self._decode(failure)
+            # Raised here, outside any ``except`` block, so that no SDK exception
+            # (which holds the request and its Authorization header) rides along
+            # as ``__context__``.
+            if isinstance(failure, (PolicyError, ContextLengthExceeded)):
+                raise failure  # retrying cannot help
+            if attempt + 1 < attempts:
+                await asyncio.sleep(self._backoff(attempt, failure.retry_after))
+                continue
+            raise failure.final(self, attempts)
+        raise AssertionError("unreachable")  # the loop always returns or raises
+
+    async def _attempt(self, kwargs: dict[str, Any]
+                       ) -> bytes | _Failure | PolicyError | ContextLengthExceeded:
+        """One HTTP attempt: the body, or what went wrong (SDK exceptions do not escape)."""
+        try:
+            async with self._semaphore:
+                raw = await self._client.chat.completions.with_raw_response.create(**kwargs)
+                return raw.http_response.content
+        except openai.APIStatusError as e:
+            status = e.status_code
+            if status == 429 or status >= 500:
+                return _Failure("status", status=status, message=self._server_message(e),
+                                retry_after=e.response.headers.get("retry-after"))
+            status_error = (status, self._server_message(e))
+        except openai.APITimeoutError:
+            return _Failure("timeout")
+        except openai.APIConnectionError as e:
+            return _Failure("connection", message=self._cause(e))
+        return await self._client_error(*status_error)
+
+    def _decode(self, body: bytes) -> dict[str, Any]:
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            data = None
+        if not isinstance(data, dict) or not data.get("choices"):
+            snippet = self._scrub(body[:200].decode(errors="replace"))
+            raise InfraError(
+                f"model server at {self.url} sent a response that is not a chat "
+                f"completion: {snippet!r}", self.id,
+                "check that --base-url points at an OpenAI-compatible /v1 root")
+        return data
+
+    def _backoff(self, attempt: int, retry_after: str | None = None) -> float:
+        delay = min(self.backoff_max, self.backoff_base * 2**attempt)
+        delay *= random.uniform(0.5, 1.0)
+        if retry_after:
+            try:
+                delay = max(delay, min(float(retry_after), self.backoff_max))
+            except ValueError:
+                pass  # an HTTP date; our own backoff will do
+        return delay
+
+    async def _client_error(self, status: int, msg: str) -> PolicyError | ContextLengthExceeded:
+        """A ``PolicyError`` for a 4xx that retrying cannot fix (``msg`` already scrubbed)."""
+        if status in (401, 403):
+            return PolicyError(
+                f"model server at {self.url} rejected the API key (HTTP {status})",
+                self.id, "check OPENAI_API_KEY (or pass the key the server expects)")
+        if status == 404:
+            names = await self.list_models()
+            if names is None:
+                return PolicyError(
+                    f"model server at {self.url} answered 404 for model {self.model!r}: {msg}",
+                    self.id, "check the model name and that --base-url ends in /v1")
+            if self.model in names:  # the model exists: the route is what is missing
+                return PolicyError(
+                    f"model server at {self.url} answered 404: {msg}", self.id,
+                    "check that --base-url is the /v1 root of an OpenAI-compatible server")
+            shown = ", ".join(names[:20]) + (" …" if len(names) > 20 else "")
+            return PolicyError(
+                f"model {self.model!r} not found at {self.url} (served: {shown or 'none'})",
+                self.id, "use one of the served names: openai:NAME")
+        if status == 400 and any(w in msg.lower() for w in _CONTEXT_WORDS):
+            return ContextLengthExceeded(
+                f"prompt too long for {self.model!r} at {self.url}: {msg}", self.id,
+                "shorten the harness's observations or budgets, or lower max_tokens")
+        return PolicyError(
+            f"model server at {self.url} refused the request (HTTP {status}): {msg}",
+            self.id, "check the sampling settings and tool schemas this server accepts")
+
+    async def list_models(self) -> list[str] | None:
+        """The model names ``GET /models`` lists, or ``None`` if it cannot be read."""
+        try:
+            page = await self._client.models.list()
+            return [m.id for m in page.data]
+        except Exception:  # noqa: BLE001 - a courtesy look-up inside an error path
+            return None
+
+    # --------------------------------------------------------------- parse
+    def _parse(self, data: dict[str, Any]) -> PolicyResponse:
+        """Read the raw JSON tolerantly: a malformed tool call is data, not an error."""
+        choice = data["choices"][0] if isinstance(data["choices"][0], dict) else {}
+        message = choice.get("message") or {}
+        content = message.get("content")
+        if isinstance(content, list):  # content parts; join the text ones
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        tool_calls = []
+        for i, tc in enumerate(message.get("tool_calls") or []):
+            if not isinstance(tc, dict):
+                tool_calls.append(ToolCall(id=f"call_{i}", name="", arguments=str(tc)))
+                continue
+            fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+            args = fn.get("arguments")
+            if args is None:
+                args = ""
+            elif not isinstance(args, str):  # some servers send an object
+                args = json.dumps(args)
+            tool_calls.append(ToolCall(id=str(tc.get("id") or f"call_{i}"),
+                                       name=str(fn.get("name") or ""), arguments=args))
+
+        logprobs = None
+        lp_content = (choice.get("logprobs") or {}).get("content") \
+            if isinstance(choice.get("logprobs"), dict) else None
+        if isinstance(lp_content, list):
+            logprobs = [float(t.get("logprob", 0.0)) for t in lp_content if isinstance(t, dict)]
+        token_ids = choice.get("token_ids")
+        if token_ids is None:
+            token_ids = choice.get("response_token_ids")  # SGLang's spelling
+        if token_ids is None and isinstance(lp_content, list):
+            token_ids = _ids_from_tokens(lp_content)  # vLLM --return-tokens-as-token-ids
+        usage = data.get("usage") or {}
+        return PolicyResponse(
+            text=content if isinstance(content, str) else None,
+            tool_calls=tool_calls,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            token_ids=[int(t) for t in token_ids] if isinstance(token_ids, list) else None,
+            logprobs=logprobs,
+            model=str(data.get("model") or self.model),
+            finish_reason=str(choice.get("finish_reason") or "stop"),
+        )
+
+    # ------------------------------------------------------------- secrets
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return _KEY_PATTERN.sub("***", text)
+
+    def _scrub_obj(self, obj: Any) -> Any:
+        return json.loads(self._scrub(json.dumps(obj)))
+
+    def _server_message(self, e: openai.APIStatusError) -> str:
+        body = e.body
+        msg = None
+        if isinstance(body, dict):
+            err = body.get("error", body)
+            msg = err.get("message") if isinstance(err, dict) else err
+            msg = msg or body.get("message") or body.get("detail")
+        elif isinstance(body, str):
+            msg = body
+        if not msg:
+            try:
+                msg = e.response.text[:200]
+            except Exception:  # noqa: BLE001 - body may be unreadable; we have the status
+                msg = ""
+        msg = " ".join(str(msg).split())[:300] or "(no message)"
+        return self._scrub(msg)
+
+    @staticmethod
+    def _cause(e: Exception) -> str:
+        cause = e.__cause__ or e.__context__
+        text = str(cause) if cause is not None and str(cause) else str(e)
+        low = text.lower()
+        if "refused" in low or "errno 111" in low or "all connection attempts failed" in low:
+            return "connection refused"
+        if "disconnected" in low or "reset" in low:
+            return "connection closed by server"
+        return " ".join(text.split())[:120] or type(e).__name__
+
+    # --------------------------------------------------------------- close
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> OpenAIPolicy:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _ids_from_tokens(content: list[Any]) -> list[int] | None:
+    """vLLM's ``--return-tokens-as-token-ids`` writes each token as ``token_id:123``."""
+    ids = []
+    for t in content:
+        tok = t.get("token") if isinstance(t, dict) else None
+        if not isinstance(tok, str) or not tok.startswith("token_id:"):
+            return None
+        try:
+            ids.append(int(tok[len("token_id:"):]))
+        except ValueError:
+            return None
+    return ids or None
+
+
+_INT_OPTS = {"max_retries", "max_concurrency"}
+_FLOAT_OPTS = {"timeout", "backoff_base", "backoff_max"}
+
+
+def make_openai_policy(spec: str, **opts: Any) -> OpenAIPolicy:
+    """Build a policy from ``openai:MODEL`` or ``openai:MODEL@http://host:port/v1``.
+
+    ``opts`` are :class:`OpenAIPolicy` keyword arguments; numeric ones may come
+    as strings (from the command line). A ``base_url`` in ``opts`` wins over none
+    in the spec; giving both is an error.
+    """
+    prefix, sep, rest = spec.partition(":")
+    if prefix != "openai" or not sep or not rest:
+        raise PolicyError(f"not an openai policy spec: {spec!r}", "--policy",
+                          "write openai:MODEL or openai:MODEL@http://host:port/v1")
+    model, at, url = rest.rpartition("@")
+    if at and url.startswith(("http://", "https://")) and model:
+        if opts.get("base_url"):
+            raise PolicyError(f"two base URLs: {spec!r} and base_url={opts['base_url']!r}",
+                              "--policy", "give the URL once")
+        opts["base_url"] = url
+    else:
+        model = rest
+    for name in _INT_OPTS | _FLOAT_OPTS:
+        if isinstance(opts.get(name), str):
+            try:
+                opts[name] = (int if name in _INT_OPTS else float)(opts[name])
+            except ValueError:
+                raise PolicyError(f"{name}={opts[name]!r} is not a number", spec,
+                                  f"give {name} as a number") from None
+    try:
+        return OpenAIPolicy(model, **opts)
+    except TypeError as e:
+        raise PolicyError(f"unknown option for the openai policy: {e}", spec,
+                          "see tackroom.policies.openai_policy.OpenAIPolicy") from None

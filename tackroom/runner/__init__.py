@@ -1,0 +1,1 @@
+"""Running episodes: the episode loop and the grid of a run."""

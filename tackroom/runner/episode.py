@@ -1,0 +1,212 @@
+"""The episode loop: environment ⇄ harness ⇄ policy, with exactly one outcome.
+
+Outcomes:
+- ``success`` / ``failure``: the task's verifier decided (or the harness's
+  control loop ended the episode after malformed output or a failed action);
+- ``budget_exhausted``: the harness's turn or token budget ran out first;
+- ``timeout``: the harness's wall-clock budget ran out;
+- ``infra_error``: a browser, sandbox or model server failed — never counted
+  as a task failure, and retried by ``--resume``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from dataclasses import dataclass
+
+from tackroom.core.episode import Episode, Outcome, Turn, episode_id
+from tackroom.core.errors import (
+    ActionError,
+    ContextLengthExceeded,
+    InfraError,
+    PolicyError,
+    TackroomError,
+)
+from tackroom.core.policy import ExpertView, Policy, PolicyRequest, PolicyResponse, Sampling
+from tackroom.core.task import Environment, EnvironmentPool, Expert, Task
+from tackroom.harness.session import HarnessSession
+from tackroom.harness.spec import HarnessSpec
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One cell of the grid: what to run, and which attempt this is."""
+
+    task: Task
+    harness: HarnessSpec
+    policy: Policy
+    seed: int
+    sampling: Sampling
+    attempt: int = 0
+
+    @property
+    def episode_id(self) -> str:
+        return episode_id(self.task.key, self.harness.hash, self.policy.id,
+                          self.sampling.to_dict(), self.seed, self.attempt)
+
+
+async def _call(env: Environment, fn, *args):
+    """Call the environment, in a worker thread when it blocks (browsers, sandboxes)."""
+    if env.blocking:
+        return await asyncio.to_thread(fn, *args)
+    return fn(*args)
+
+
+async def run_episode(spec: EpisodeSpec, pool: EnvironmentPool, run_id: str,
+                      expert: Expert | None = None) -> Episode:
+    """Run one episode to its single outcome. Never raises for task or infra failures.
+
+    A :class:`PolicyError` (bad credentials, unknown model) is recorded as
+    ``infra_error`` and then re-raised, because every later episode would hit it.
+    """
+    h = spec.harness
+    ep = Episode(
+        episode_id=spec.episode_id, run_id=run_id, task=spec.task.key, suite=spec.task.suite,
+        harness=h.name, harness_hash=h.hash, policy=spec.policy.id, seed=spec.seed,
+        attempt=spec.attempt, sampling=spec.sampling.to_dict(), started_at=time.time(),
+    )
+    wall = float(h.budget["wall_seconds"]) or None
+    deadline = time.monotonic() + wall if wall else None
+    fatal: PolicyError | None = None
+    try:
+        async with asyncio.timeout(wall):
+            async with pool.acquire(spec.task) as env:
+                await _loop(spec, env, ep, expert, deadline)
+    except TimeoutError:
+        ep.outcome = Outcome.TIMEOUT
+        ep.error = f"wall-clock budget of {wall:g} s ran out"
+    except ContextLengthExceeded as e:
+        ep.outcome, ep.error = Outcome.BUDGET_EXHAUSTED, e.line()
+    except PolicyError as e:
+        ep.outcome, ep.error, fatal = Outcome.INFRA_ERROR, e.line(), e
+    except (InfraError, TackroomError) as e:
+        ep.outcome, ep.error = Outcome.INFRA_ERROR, e.line()
+    except Exception as e:  # a bug or an unexpected library failure: keep the episode
+        ep.outcome = Outcome.INFRA_ERROR
+        ep.error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
+    ep.ended_at = time.time()
+    ep.t_policy = sum(t.t_policy for t in ep.turns)
+    ep.t_env += sum(t.t_env for t in ep.turns)
+    ep.t_harness = sum(t.t_harness for t in ep.turns)
+    if fatal is not None:
+        fatal.episode = ep  # type: ignore[attr-defined]
+        raise fatal
+    return ep
+
+
+async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert | None,
+                deadline: float | None) -> None:
+    h = spec.harness
+    t0 = time.perf_counter()
+    obs = await _call(env, env.reset, spec.seed)
+    ep.t_env = time.perf_counter() - t0
+    ep.instruction = obs.instruction
+    session = HarnessSession(h, obs.instruction)
+    budget = h.budget
+    state: dict = {}
+    feedback: str | None = None
+    tokens = 0
+    errors_in_row = 0
+    max_errors = int(h.loop["max_consecutive_errors"])
+
+    def seconds_left() -> float | None:
+        return None if deadline is None else deadline - time.monotonic()
+
+    t0 = time.perf_counter()
+    rendered = session.render(obs)
+    session.add_observation(rendered, None, session.budget_line(0, 0, seconds_left()))
+    pending_harness = time.perf_counter() - t0
+
+    for t in range(int(budget["turns"])):
+        t0 = time.perf_counter()
+        turn = Turn(index=t, messages=session.messages())
+        current = obs
+        view = ExpertView(task=spec.task, observation=current, state=state,
+                          encode=lambda actions, o=current: session.encode(actions, o),
+                          expert=expert, seed=spec.seed, harness=h.name, turn=t)
+        request = PolicyRequest(messages=turn.messages, tools=session.tools,
+                                sampling=spec.sampling, view=view)
+        t_h = time.perf_counter() - t0 + pending_harness
+
+        t0 = time.perf_counter()
+        response: PolicyResponse = await spec.policy.act(request)
+        turn.t_policy = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        turn.raw_text = response.text
+        turn.tool_calls = [tc.to_dict() for tc in response.tool_calls]
+        turn.prompt_tokens, turn.completion_tokens = (response.prompt_tokens,
+                                                      response.completion_tokens)
+        turn.token_ids, turn.logprobs, turn.adapter = (response.token_ids, response.logprobs,
+                                                       response.adapter)
+        tokens += response.prompt_tokens + response.completion_tokens
+        parsed = session.parse(response)
+        turn.t_harness = t_h + time.perf_counter() - t0
+        ep.turns.append(turn)
+
+        results: list[str] = []
+        feedback = None
+        done = False
+        if parsed.error is not None:
+            turn.parse_error = parsed.error
+            feedback = session.feedback_for_parse_error(parsed.error)
+            results = [f"error: {parsed.error}"] * max(1, len(response.tool_calls))
+            errors_in_row += 1
+            if h.loop["on_malformed"] == "end":
+                ep.outcome, ep.error, done = Outcome.FAILURE, "malformed output", True
+        else:
+            turn.actions = [a.to_dict() for a in parsed.actions]
+            t0 = time.perf_counter()
+            step = None
+            for action in parsed.actions:
+                try:
+                    step = await _call(env, env.step, action)
+                except ActionError as e:
+                    turn.action_error = str(e)
+                    break
+                turn.reward = step.reward
+                if step.terminated or step.truncated:
+                    break
+            turn.t_env = time.perf_counter() - t0
+            if step is not None:
+                obs = step.observation
+            results = ["ok"] * len(response.tool_calls)
+            if turn.action_error:
+                feedback = session.feedback_for_action_error(turn.action_error)
+                results = [f"error: {turn.action_error}"] * max(1, len(response.tool_calls))
+                errors_in_row += 1
+                if h.loop["on_action_error"] == "end":
+                    ep.outcome, ep.error, done = Outcome.FAILURE, "action error", True
+            else:
+                errors_in_row = 0
+            if parsed.dropped:
+                note = (f"Only {session.per_turn} action(s) per turn are allowed; "
+                        f"{parsed.dropped} more were ignored.")
+                feedback = f"{feedback} {note}" if feedback else note
+            if step is not None and (step.terminated or step.truncated):
+                ep.reward = step.reward
+                ep.outcome = Outcome.SUCCESS if step.success else Outcome.FAILURE
+                done = True
+
+        t0 = time.perf_counter()
+        turn.feedback = feedback
+        session.record_reply(response, results)
+        if not done and errors_in_row >= max_errors:
+            ep.outcome, ep.error, done = (Outcome.FAILURE,
+                                          f"{errors_in_row} errors in a row", True)
+        if not done and budget["tokens"] and tokens >= budget["tokens"]:
+            ep.outcome, ep.error, done = (Outcome.BUDGET_EXHAUSTED,
+                                          f"token budget of {budget['tokens']} used", True)
+        if done:
+            turn.t_harness += time.perf_counter() - t0
+            return
+        rendered = session.render(obs)
+        turn.observation = rendered
+        session.add_observation(rendered, feedback,
+                                session.budget_line(t + 1, tokens, seconds_left()))
+        pending_harness = 0.0
+        turn.t_harness += time.perf_counter() - t0
+    ep.outcome = Outcome.BUDGET_EXHAUSTED
+    ep.error = f"turn budget of {budget['turns']} used"

@@ -1,0 +1,149 @@
+"""A run: the grid of (task × harness × policy × seed) episodes, N at a time.
+
+Cells a harness cannot express (the task needs a capability the harness's
+action interface lacks) are not run; they are listed apart and reported as
+such, never as failures. Finished episodes are appended to the record store
+as they complete, in small batches, each episode in one transaction, so a
+crash loses at most the episodes in flight — which ``--resume`` re-runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tackroom.core.episode import Episode, Outcome, episode_id
+from tackroom.core.errors import PolicyError
+from tackroom.core.policy import Policy, Sampling
+from tackroom.core.task import Suite, Task
+from tackroom.harness.spec import HarnessSpec
+from tackroom.runner.episode import EpisodeSpec, run_episode
+
+#: How many times an infra-failed episode is retried within the same run.
+INFRA_RETRIES = 1
+
+
+@dataclass
+class GridPlan:
+    """The cells to run and the (task, harness) pairs that cannot be expressed."""
+
+    cells: list[EpisodeSpec]
+    inexpressible: list[tuple[Task, HarnessSpec]] = field(default_factory=list)
+
+
+def plan_grid(tasks: Sequence[Task], harnesses: Sequence[HarnessSpec],
+              policies: Sequence[Policy], seeds: Sequence[int], sampling: Sampling) -> GridPlan:
+    """Every (task, harness, policy, seed), grouped by task so browsers are reused."""
+    plan = GridPlan(cells=[])
+    for task in tasks:
+        for h in harnesses:
+            if not h.interface.can_express(task.requires):
+                plan.inexpressible.append((task, h))
+                continue
+            for p in policies:
+                for seed in seeds:
+                    plan.cells.append(EpisodeSpec(task, h, p, seed, sampling))
+    return plan
+
+
+def resume_attempts(plan: GridPlan, recorded: dict[str, str]) -> tuple[list[EpisodeSpec], int]:
+    """Cells still to run given ``recorded`` (episode id → outcome), with their next attempt.
+
+    A cell whose latest recorded attempt is not ``infra_error`` is done. Returns
+    the cells to run and how many were already done.
+    """
+    todo, done = [], 0
+    for cell in plan.cells:
+        attempt, last = 0, None
+        for a in range(0, 50):
+            eid = episode_id(cell.task.key, cell.harness.hash, cell.policy.id,
+                             cell.sampling.to_dict(), cell.seed, a)
+            if eid not in recorded:
+                break
+            attempt, last = a, recorded[eid]
+        if last is None:
+            todo.append(cell)
+        elif last == Outcome.INFRA_ERROR.value:
+            todo.append(EpisodeSpec(cell.task, cell.harness, cell.policy, cell.seed,
+                                    cell.sampling, attempt + 1))
+        else:
+            done += 1
+    return todo, done
+
+
+class _Writer:
+    """Buffers finished episodes and appends them to the store in small batches."""
+
+    def __init__(self, store, max_batch: int = 64, max_wait: float = 0.5) -> None:
+        self.store = store
+        self.buffer: list[Episode] = []
+        self.max_batch = max_batch
+        self.max_wait = max_wait
+        self.last = time.monotonic()
+
+    def add(self, ep: Episode) -> None:
+        self.buffer.append(ep)
+        if len(self.buffer) >= self.max_batch or time.monotonic() - self.last > self.max_wait:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buffer and self.store is not None:
+            self.store.append_many(self.buffer)
+        self.buffer = []
+        self.last = time.monotonic()
+
+
+async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
+                    store=None, concurrency: int = 4,
+                    on_episode: Callable[[Episode], None] | None = None,
+                    pool_size: int | None = None) -> list[Episode]:
+    """Run the cells, ``concurrency`` at a time; return the final episode of each cell.
+
+    Each finished episode goes to ``store`` (if given) and to ``on_episode``.
+    An ``infra_error`` episode is recorded and retried up to ``INFRA_RETRIES``
+    times as a new attempt. A :class:`PolicyError` stops the run (after the
+    finished episodes are written) and is re-raised.
+    """
+    pool = suite.pool(pool_size or concurrency)
+    experts = {c.task.key: suite.expert(c.task) for c in cells}
+    queue: asyncio.Queue[EpisodeSpec] = asyncio.Queue()
+    for c in cells:
+        queue.put_nowait(c)
+    writer = _Writer(store)
+    finals: list[Episode] = []
+
+    async def worker() -> None:
+        while True:
+            try:
+                cell = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            while True:
+                ep = await run_episode(cell, pool, run_id, experts.get(cell.task.key))
+                writer.add(ep)
+                if on_episode is not None:
+                    on_episode(ep)
+                if ep.outcome is Outcome.INFRA_ERROR and cell.attempt < INFRA_RETRIES:
+                    cell = EpisodeSpec(cell.task, cell.harness, cell.policy, cell.seed,
+                                       cell.sampling, cell.attempt + 1)
+                    continue
+                finals.append(ep)
+                break
+
+    workers = [asyncio.create_task(worker()) for _ in range(max(1, concurrency))]
+    try:
+        await asyncio.gather(*workers)
+    except PolicyError as e:
+        ep = getattr(e, "episode", None)
+        if ep is not None:
+            writer.add(ep)
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        raise
+    finally:
+        writer.flush()
+        await pool.aclose()
+    return finals

@@ -1,0 +1,308 @@
+"""The ``openai`` policy against a real scripted server on 127.0.0.1 (real SDK, real HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import time
+
+import pytest
+
+from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
+from tackroom.core.policy import Policy, PolicyRequest, Sampling, ToolCall
+from tackroom.policies.openai_policy import OpenAIPolicy, make_openai_policy
+from tackroom.testing import Reply, ScriptedOpenAIServer, error, text, tool_call
+
+SECRET = "sk-test-SECRET-0123456789abcdef"
+MESSAGES = [{"role": "system", "content": "You click buttons."},
+            {"role": "user", "content": "Click the OK button."}]
+TOOLS = [{"type": "function", "function": {
+    "name": "click", "description": "Click an element.",
+    "parameters": {"type": "object", "properties": {"ref": {"type": "string"}},
+                   "required": ["ref"]}}}]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+def fast_policy(base_url: str, **kw) -> OpenAIPolicy:
+    """Small timeouts and backoff so the whole file stays quick."""
+    opts = {"timeout": 2.0, "max_retries": 2, "backoff_base": 0.01, "backoff_max": 0.05}
+    opts.update(kw)
+    return OpenAIPolicy("scripted-model", base_url=base_url, **opts)
+
+
+def req(**sampling) -> PolicyRequest:
+    return PolicyRequest(messages=MESSAGES, sampling=Sampling(**sampling))
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_text_reply_and_request_shape() -> None:
+    with ScriptedOpenAIServer([text("I will click OK.")]) as srv:
+        async with fast_policy(srv.base_url) as policy:
+            assert isinstance(policy, Policy)
+            out = await policy.act(req(temperature=0.7, top_p=0.9, max_tokens=64, seed=3))
+        body = srv.requests[0]
+    assert out.text == "I will click OK."
+    assert out.tool_calls == []
+    assert out.finish_reason == "stop"
+    assert out.model == "scripted-model"
+    assert out.prompt_tokens > 0 and out.completion_tokens == 4
+    assert out.logprobs is None
+    assert body["model"] == "scripted-model"
+    assert body["messages"] == MESSAGES
+    assert (body["temperature"], body["top_p"], body["max_tokens"], body["seed"]) == (
+        0.7, 0.9, 64, 3)
+    assert "tools" not in body and "tool_choice" not in body and "logprobs" not in body
+
+
+async def test_tool_call_round_trip() -> None:
+    with ScriptedOpenAIServer([tool_call("click", {"ref": "b1"})]) as srv:
+        async with fast_policy(srv.base_url) as policy:
+            out = await policy.act(PolicyRequest(messages=MESSAGES, tools=TOOLS))
+        body = srv.requests[0]
+    assert body["tools"] == TOOLS and body["tool_choice"] == "auto"
+    assert out.finish_reason == "tool_calls"
+    assert out.text is None
+    [call] = out.tool_calls
+    assert isinstance(call, ToolCall) and call.name == "click"
+    assert json.loads(call.arguments) == {"ref": "b1"}
+    assert call.id.startswith("call_")
+    # The call goes back into the next turn's messages in the OpenAI shape.
+    assert call.to_dict()["function"] == {"name": "click", "arguments": call.arguments}
+
+
+async def test_malformed_tool_calls_pass_through_raw() -> None:
+    nameless = {"id": "call_x", "type": "function", "function": {"arguments": '{"ref": 1}'}}
+    script = [Reply(tool_calls=[("click", '{"ref": "b1"'), nameless,
+                                {"type": "function", "function": {"name": "type",
+                                                                  "arguments": {"t": "hi"}}}])]
+    with ScriptedOpenAIServer(script) as srv:
+        async with fast_policy(srv.base_url) as policy:
+            out = await policy.act(PolicyRequest(messages=MESSAGES, tools=TOOLS))
+    bad_json, no_name, dict_args = out.tool_calls
+    assert bad_json.name == "click" and bad_json.arguments == '{"ref": "b1"'
+    assert no_name == ToolCall(id="call_x", name="", arguments='{"ref": 1}')
+    assert dict_args.name == "type" and json.loads(dict_args.arguments) == {"t": "hi"}
+    assert dict_args.id == "call_2"
+
+
+async def test_500_then_success_is_retried() -> None:
+    with ScriptedOpenAIServer([error(500), error(503), text("ok")]) as srv:
+        async with fast_policy(srv.base_url) as policy:
+            out = await policy.act(req())
+        assert len(srv.requests) == 3
+    assert out.text == "ok"
+
+
+async def test_429_retry_after_is_honoured() -> None:
+    script = [error(429, "slow down", headers={"Retry-After": "0.2"}), text("ok")]
+    with ScriptedOpenAIServer(script) as srv:
+        async with fast_policy(srv.base_url, backoff_max=1.0) as policy:
+            t0 = time.monotonic()
+            out = await policy.act(req())
+            waited = time.monotonic() - t0
+    assert out.text == "ok" and waited >= 0.2
+
+
+async def test_persistent_500_is_infra_error_after_retries() -> None:
+    with ScriptedOpenAIServer(default=error(500, "CUDA out of memory")) as srv:
+        async with fast_policy(srv.base_url, max_retries=3) as policy:
+            with pytest.raises(InfraError) as ei:
+                await policy.act(req())
+        assert len(srv.requests) == 4
+    line = ei.value.line()
+    assert srv.base_url in line and "HTTP 500" in line and "4 time(s)" in line
+    assert "CUDA out of memory" in line
+    assert "\n" not in line
+
+
+async def test_slow_reply_times_out_then_infra_error() -> None:
+    with ScriptedOpenAIServer(default=Reply(text="late", delay=2.0)) as srv:
+        async with fast_policy(srv.base_url, timeout=0.2, max_retries=1) as policy:
+            t0 = time.monotonic()
+            with pytest.raises(InfraError) as ei:
+                await policy.act(req())
+            assert time.monotonic() - t0 < 1.5
+        assert len(srv.requests) == 2
+    assert "timed out" in ei.value.line() and srv.base_url in ei.value.line()
+
+
+async def test_slow_reply_then_fast_reply_succeeds() -> None:
+    with ScriptedOpenAIServer([Reply(text="late", delay=1.0), text("on time")]) as srv:
+        async with fast_policy(srv.base_url, timeout=0.2) as policy:
+            out = await policy.act(req())
+    assert out.text == "on time"
+
+
+async def test_dropped_connection_is_retried() -> None:
+    with ScriptedOpenAIServer([Reply(drop=True), text("ok")]) as srv:
+        async with fast_policy(srv.base_url) as policy:
+            out = await policy.act(req())
+    assert out.text == "ok"
+
+
+async def test_unreachable_server_is_quick_clear_infra_error() -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    async with fast_policy(url) as policy:
+        t0 = time.monotonic()
+        with pytest.raises(InfraError) as ei:
+            await policy.act(req())
+        assert time.monotonic() - t0 < 2.0
+    line = ei.value.line()
+    assert f"model server at {url} unreachable" in line
+    assert "start your vLLM/SGLang server or pass --base-url" in line
+
+
+async def test_logprobs_and_token_ids() -> None:
+    script = [text("OK done", logprobs=[-0.5, -1.25], token_ids=[11, 22])]
+    with ScriptedOpenAIServer(script) as srv:
+        async with fast_policy(srv.base_url) as policy:
+            assert policy.return_token_ids  # local server: assumed vLLM-like
+            out = await policy.act(req(logprobs=True))
+        body = srv.requests[0]
+    assert body["logprobs"] is True and body["return_token_ids"] is True
+    assert out.logprobs == [-0.5, -1.25]
+    assert out.token_ids == [11, 22]
+
+
+async def test_no_token_ids_when_server_omits_them() -> None:
+    with ScriptedOpenAIServer([text("OK")]) as srv:
+        async with fast_policy(srv.base_url, return_token_ids=False) as policy:
+            out = await policy.act(req(logprobs=True))
+        assert "return_token_ids" not in srv.requests[0]
+    assert out.token_ids is None and out.logprobs == [-0.25]
+
+
+async def test_token_ids_from_vllm_token_strings() -> None:
+    # vLLM's --return-tokens-as-token-ids writes tokens as "token_id:N".
+    script = [text("ab", tokens=["token_id:7", "token_id:9"], logprobs=[-0.1, -0.2])]
+    with ScriptedOpenAIServer(script) as srv:
+        async with fast_policy(srv.base_url, return_token_ids=False) as policy:
+            out = await policy.act(req(logprobs=True))
+    assert out.token_ids == [7, 9] and out.logprobs == [-0.1, -0.2]
+
+
+async def test_concurrency_limit_respected() -> None:
+    with ScriptedOpenAIServer(default=Reply(text="ok", delay=0.15)) as srv:
+        async with fast_policy(srv.base_url, max_concurrency=2) as policy:
+            outs = await asyncio.gather(*(policy.act(req()) for _ in range(6)))
+        assert srv.max_concurrent == 2
+    assert [o.text for o in outs] == ["ok"] * 6
+
+
+async def test_api_key_sent_but_never_shown(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    # OpenAI quotes (part of) a wrong key in its 401 message; ours echoes all of it.
+    script = [text("hi"), error(401, f"Incorrect API key provided: {SECRET}."),
+              error(500, f"internal: token {SECRET}"), error(500), error(500)]
+    with ScriptedOpenAIServer(script) as srv:
+        async with fast_policy(srv.base_url, api_key=SECRET) as policy:
+            assert (await policy.act(req())).text == "hi"
+            with pytest.raises(PolicyError) as auth:
+                await policy.act(req())
+            with pytest.raises(InfraError) as infra:
+                await policy.act(req())
+            shown = [repr(policy), str(policy.describe()), policy.id]
+        assert srv.headers[0]["authorization"] == f"Bearer {SECRET}"
+    assert "check OPENAI_API_KEY" in auth.value.line()
+    assert policy.describe()["api_key_set"] is True
+    for err in (auth.value, infra.value):
+        shown += [str(err), repr(err), err.line(), str(err.__cause__), str(err.__context__)]
+    shown.append(caplog.text)
+    for s in shown:
+        assert SECRET not in s
+        assert "SECRET-0123" not in s
+
+
+async def test_404_lists_served_models() -> None:
+    with ScriptedOpenAIServer(models=["qwen-7b", "llama-8b"]) as srv:
+        async with fast_policy(srv.base_url) as policy:
+            with pytest.raises(PolicyError) as ei:
+                await policy.act(req())
+        assert len(srv.requests) == 1  # not retried
+    line = ei.value.line()
+    assert "'scripted-model' not found" in line and "qwen-7b, llama-8b" in line
+
+
+async def test_context_overflow_is_its_own_policy_error() -> None:
+    msg = ("This model's maximum context length is 4096 tokens. However, you requested "
+           "5000 tokens.")
+    with ScriptedOpenAIServer([error(400, msg)]) as srv:
+        async with fast_policy(srv.base_url) as policy:
+            with pytest.raises(ContextLengthExceeded) as ei:
+                await policy.act(req())
+    assert not isinstance(ei.value, PolicyError) and "4096" in ei.value.line()
+
+
+async def test_non_json_reply_is_infra_error() -> None:
+    with ScriptedOpenAIServer([Reply(body="<html>proxy page</html>")]) as srv:
+        async with fast_policy(srv.base_url) as policy:
+            with pytest.raises(InfraError) as ei:
+                await policy.act(req())
+    assert "not a chat completion" in ei.value.line()
+
+
+async def test_callable_script_sees_request() -> None:
+    def script(body: dict) -> str:
+        return f"you said {body['messages'][-1]['content']}"
+
+    with ScriptedOpenAIServer(script) as srv:
+        async with fast_policy(srv.base_url) as policy:
+            out = await policy.act(req())
+    assert out.text == "you said Click the OK button."
+
+
+def test_exhausted_script_says_so() -> None:
+    import urllib.error
+    import urllib.request
+
+    with ScriptedOpenAIServer([]) as srv:
+        r = urllib.request.Request(f"{srv.base_url}/chat/completions",
+                                   data=json.dumps({"model": "m", "messages": []}).encode(),
+                                   headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as ei:
+            urllib.request.urlopen(r, timeout=5)
+        assert ei.value.code == 500 and "script exhausted" in ei.value.read().decode()
+        with urllib.request.urlopen(f"{srv.base_url}/models", timeout=5) as resp:
+            assert json.load(resp)["data"][0]["id"] == "scripted-model"
+
+
+def test_spec_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = make_openai_policy("openai:Qwen/Qwen2.5-7B-Instruct@http://127.0.0.1:8000/v1",
+                           timeout="5", max_retries="1")
+    assert p.id == "openai:Qwen/Qwen2.5-7B-Instruct" and p.model == "Qwen/Qwen2.5-7B-Instruct"
+    assert p.base_url == "http://127.0.0.1:8000/v1" and p.timeout == 5.0 and p.max_retries == 1
+    assert p.describe()["api_key_set"] is False  # local server, no key: "EMPTY"
+    assert make_openai_policy("openai:llama3:8b", base_url="http://localhost:11434/v1").model \
+        == "llama3:8b"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://10.0.0.5:8000/v1/")
+    p = make_openai_policy("openai:m")
+    assert p.base_url == "http://10.0.0.5:8000/v1" and p.return_token_ids is False
+    for bad in ("hf:gpt2", "openai:", "openai"):
+        with pytest.raises(PolicyError):
+            make_openai_policy(bad)
+    with pytest.raises(PolicyError, match="unknown option"):
+        make_openai_policy("openai:m", temprature=0.3)
+
+
+def test_openai_host_without_key_is_policy_error() -> None:
+    with pytest.raises(PolicyError, match="OPENAI_API_KEY"):
+        OpenAIPolicy("gpt-4o-mini")
+
+
+def test_describe_strips_credentials_from_url() -> None:
+    p = OpenAIPolicy("m", base_url="http://user:pw@gpu-node:8000/v1?token=abc", api_key=SECRET)
+    d = p.describe()
+    assert d["base_url"] == "http://gpu-node:8000/v1"
+    assert "pw" not in repr(p) and "abc" not in str(d) and SECRET not in str(d)
