@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -208,6 +209,7 @@ def eval_cmd(
         _print_plan(plan, suite, seed_list, policy_specs)
         return
 
+    _preflight(policy_specs, db, opts)
     if store is None:
         store = _open_store(db)
     run_id = resume or _new_run_id()
@@ -231,7 +233,7 @@ def eval_cmd(
                       "expressed by the harness and are not run[/dim]")
     status = "finished"
     try:
-        _run_with_progress(cells, the_suite, run_id, store, concurrency)
+        _run_with_progress(cells, the_suite, run_id, store, concurrency, policies)
     except KeyboardInterrupt:
         status = "interrupted"
         err_console.print(f"[yellow]interrupted[/yellow] — finish with: "
@@ -246,11 +248,25 @@ def eval_cmd(
         store.finish_run(run_id, status)
         _print_results(store, run_id, [h.name for h in specs], policy_specs, plan, by_task)
         store.close()
-        for p in policies:
-            asyncio.run(p.aclose())
 
 
-def _run_with_progress(cells, suite, run_id, store, concurrency) -> None:
+def _preflight(policy_specs: list[str], db: str, opts: dict[str, Any]) -> None:
+    """Check model servers before a run starts, so a down server is one line, not N errors."""
+    from tackroom.policies import make_policy
+
+    async def check() -> None:
+        for spec in policy_specs:
+            p = make_policy(spec, db=db, **opts)
+            try:
+                if hasattr(p, "check"):
+                    await p.check()
+            finally:
+                await p.aclose()
+
+    asyncio.run(check())
+
+
+def _run_with_progress(cells, suite, run_id, store, concurrency, policies) -> None:
     from tackroom.runner.grid import run_cells
 
     counts = {"success": 0, "done": 0, "infra": 0}
@@ -274,8 +290,16 @@ def _run_with_progress(cells, suite, run_id, store, concurrency) -> None:
             counts["success"] += ep.outcome.value == "success"
             progress.update(bar, advance=1, stats=_stats(counts))
 
-        asyncio.run(run_cells(cells, suite, run_id, store=store, concurrency=concurrency,
-                              on_episode=on_episode))
+        async def go() -> None:
+            # Policies hold connection pools bound to this event loop: close them in it.
+            try:
+                await run_cells(cells, suite, run_id, store=store, concurrency=concurrency,
+                                on_episode=on_episode)
+            finally:
+                for p in policies:
+                    await p.aclose()
+
+        asyncio.run(go())
 
 
 def _stats(c: dict[str, int]) -> str:
@@ -481,7 +505,7 @@ def harness_list() -> None:
         try:
             h = load_harness(str(path))
         except TackroomError as e:
-            table.add_row(name, "[red]invalid[/red]", e.what, "", "", "", "", str(path))
+            table.add_row(name, "[red]invalid[/red]", escape(e.what), "", "", "", "", str(path))
             continue
         table.add_row(h.name, h.hash, h.observation["renderer"], h.actions["interface"],
                       h.actions["parser"], str(h.loop["actions_per_turn"]),
@@ -545,7 +569,7 @@ def harness_validate(paths: Annotated[list[str], typer.Argument(
             console.print(f"[green]ok[/green] {p}: {h.ident}")
         except TackroomError as e:
             bad += 1
-            err_console.print(f"[red]invalid[/red] {e.line()}")
+            err_console.print(f"[red]invalid[/red] {escape(e.line())}", soft_wrap=True)
     if bad:
         raise typer.Exit(1)
 
@@ -555,7 +579,8 @@ def main() -> None:
     try:
         app()
     except TackroomError as e:
-        err_console.print(f"[bold red]error:[/bold red] {e.line()}", highlight=False)
+        err_console.print(f"[bold red]error:[/bold red] {escape(e.line())}", highlight=False,
+                          soft_wrap=True, markup=True)
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/yellow]")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from tackroom.core.actions import Action
@@ -22,7 +22,8 @@ class Sampling:
     logprobs: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"temperature": self.temperature, "top_p": self.top_p,
+                "max_tokens": self.max_tokens, "seed": self.seed, "logprobs": self.logprobs}
 
 
 @dataclass(frozen=True)

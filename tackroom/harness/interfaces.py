@@ -9,6 +9,7 @@ it cannot.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,8 @@ class ActionInterface:
                     if isinstance(value, bool):
                         raise ValueError
                     value = float(value)
+                    if not math.isfinite(value):
+                        raise ValueError
                 else:
                     if isinstance(value, (dict, list)):
                         raise ValueError

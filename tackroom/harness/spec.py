@@ -21,6 +21,7 @@ Identity is ``(name, hash)``: the hash covers the resolved content (after
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -105,7 +106,7 @@ class HarnessSpec:
             "skills": [{"name": s.name, "text": s.text} for s in self.skills],
         }
 
-    @property
+    @functools.cached_property
     def hash(self) -> str:
         """Content hash of the resolved harness (12 hex digits)."""
         blob = json.dumps(self.content(), sort_keys=True, separators=(",", ":"))

@@ -295,6 +295,33 @@ class OpenAIPolicy:
             f"model server at {self.url} refused the request (HTTP {status}): {msg}",
             self.id, "check the sampling settings and tool schemas this server accepts")
 
+    async def check(self, timeout: float = 5.0) -> None:
+        """Fail fast before a run: is the server up, the key accepted, the model served?
+
+        Raises ``InfraError`` (unreachable) or ``PolicyError`` (key, model) with one
+        line that says what to do. A server without ``GET /models`` passes.
+        """
+        failure: InfraError | PolicyError | None = None
+        names: list[str] | None = None
+        try:
+            page = await self._client.with_options(timeout=timeout).models.list()
+            names = [m.id for m in page.data]
+        except (openai.APIConnectionError, openai.APITimeoutError):
+            failure = InfraError(f"model server at {self.url} unreachable", self.id,
+                                 START_SERVER)
+        except openai.APIStatusError as e:
+            if e.status_code in (401, 403):
+                failure = PolicyError(
+                    f"model server at {self.url} rejected the API key (HTTP {e.status_code})",
+                    self.id, "check OPENAI_API_KEY")
+        if failure is not None:
+            raise failure  # outside the except block: no SDK exception (with headers) attached
+        if names is not None and self.model not in names:
+            shown = ", ".join(names[:20])
+            raise PolicyError(f"model {self.model!r} is not served at {self.url} "
+                              f"(served: {shown or 'none'})", self.id,
+                              "use one of the served names: --policy openai:NAME")
+
     async def list_models(self) -> list[str] | None:
         """The model names ``GET /models`` lists, or ``None`` if it cannot be read."""
         try:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import enum
+import functools
 import json
 import math
 import re
@@ -112,17 +113,42 @@ def _snake(key: str) -> str:
     return key.lower().replace("-", "_").replace(" ", "_")
 
 
-def _is_secret_key(key: str, siblings: Mapping[Any, Any]) -> bool:
+@functools.lru_cache(maxsize=4096)
+def _secret_name(key: str) -> str | None:
+    """The snake-case form of ``key`` if it names a secret, else ``None``."""
     name = _snake(key)
-    if name in _NOT_SECRET_KEYS:
-        return False
+    if name in _NOT_SECRET_KEYS or not _SECRET_KEY.search(name):
+        return None
+    return name
+
+
+def _is_secret_key(key: str, siblings: Mapping[Any, Any]) -> bool:
+    name = _secret_name(key)
     # OpenAI log-prob entries are {"token": "hello", "logprob": -0.1, ...}.
-    if name == "token" and "logprob" in siblings:
-        return False
-    return bool(_SECRET_KEY.search(name))
+    return name is not None and not (name == "token" and "logprob" in siblings)
+
+
+# A cheap test that a string (or a whole JSON document) may hold a secret.
+# Every secret key name and every secret text pattern above contains one of
+# these (lower-cased, with ``_``, ``-`` and spaces removed for the words), so
+# text without any of them needs no scrubbing. Substring tests are ~20x faster
+# than one case-insensitive regex over the same text.
+_SECRET_MARKS = ("sk-", "hf_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
+_SECRET_WORDS = ("token", "auth", "apikey", "secret", "passw", "passphrase", "bearer", "basic",
+                 "credential", "privatekey", "accesskey", "cookie")
+
+
+def _may_hold_secret(text: str) -> bool:
+    low = text.lower()
+    if any(mark in low for mark in _SECRET_MARKS):
+        return True
+    compact = low.replace("_", "").replace("-", "").replace(" ", "")
+    return any(word in compact for word in _SECRET_WORDS)
 
 
 def _scrub_text(text: str) -> str:
+    if not _may_hold_secret(text):
+        return text
     text = _SECRET_TEXT.sub(REDACTED, text)
     text = _BEARER.sub(rf"\1 {REDACTED}", text)
     return _SECRET_ASSIGNMENT.sub(rf"\1{REDACTED}", text)
@@ -291,6 +317,20 @@ def _to_json(obj: Any) -> str:
                           ensure_ascii=False, allow_nan=False)
 
 
+def _scrubbed_json(obj: Any) -> str:
+    """``obj`` as JSON with secrets scrubbed.
+
+    Serialises first and scrubs only when the prefilter hits the document,
+    which is much faster than walking every string of every message. The
+    slow path scrubs the parsed JSON, so objects that only become dicts on
+    serialisation (dataclasses, ``to_dict()``) are scrubbed too.
+    """
+    text = _to_json(obj)
+    if not _may_hold_secret(text):
+        return text
+    return _to_json(scrub(json.loads(text)))
+
+
 def _text(value: str | None) -> str | None:
     return None if value is None else _scrub_text(str(value))
 
@@ -304,7 +344,20 @@ def _outcome(value: Outcome | str) -> Outcome:
         ) from None
 
 
+def _validate(ep: Episode) -> None:
+    """Reject what the tables would refuse, before it joins a batch of good episodes."""
+    for name in ("episode_id", "run_id", "task"):
+        value = getattr(ep, name)
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"episode {ep.episode_id!r}: {name} must be a non-empty string, "
+                             f"got {value!r}")
+    indexes = [t.index for t in ep.turns]
+    if len(set(indexes)) != len(indexes):
+        raise ValueError(f"episode {ep.episode_id!r}: duplicate turn indexes {indexes}")
+
+
 def _episode_row(ep: Episode, now: float) -> dict[str, Any]:
+    _validate(ep)
     return {
         "episode_id": ep.episode_id,
         "run_id": ep.run_id,
@@ -315,7 +368,7 @@ def _episode_row(ep: Episode, now: float) -> dict[str, Any]:
         "policy": _text(ep.policy),
         "seed": int(ep.seed),
         "attempt": int(ep.attempt),
-        "sampling": _to_json(scrub(ep.sampling)),
+        "sampling": _scrubbed_json(ep.sampling),
         "outcome": _outcome(ep.outcome).value,
         "reward": float(ep.reward),
         "instruction": _text(ep.instruction),
@@ -329,7 +382,7 @@ def _episode_row(ep: Episode, now: float) -> dict[str, Any]:
         "t_policy": float(ep.t_policy),
         "t_env": float(ep.t_env),
         "t_harness": float(ep.t_harness),
-        "meta": _to_json(scrub(ep.meta)),
+        "meta": _scrubbed_json(ep.meta),
         "recorded_at": now,
     }
 
@@ -338,24 +391,33 @@ def _turn_row(episode_id: str, turn: Turn) -> dict[str, Any]:
     return {
         "episode_id": episode_id,
         "idx": int(turn.index),
-        "messages": _to_json(scrub(turn.messages)),
+        "messages": _scrubbed_json(turn.messages),
         "raw_text": _text(turn.raw_text),
-        "tool_calls": _to_json(scrub(turn.tool_calls)),
+        "tool_calls": _scrubbed_json(turn.tool_calls),
         "parse_error": _text(turn.parse_error),
         "feedback": _text(turn.feedback),
-        "actions": _to_json(scrub(turn.actions)),
+        "actions": _scrubbed_json(turn.actions),
         "action_error": _text(turn.action_error),
         "observation": _text(turn.observation),
         "reward": float(turn.reward),
         "prompt_tokens": int(turn.prompt_tokens),
         "completion_tokens": int(turn.completion_tokens),
-        "token_ids": None if turn.token_ids is None else [int(t) for t in turn.token_ids],
+        "token_ids": _token_ids(turn.token_ids),
         "logprobs": None if turn.logprobs is None else [float(x) for x in turn.logprobs],
         "adapter": turn.adapter,
         "t_policy": float(turn.t_policy),
         "t_env": float(turn.t_env),
         "t_harness": float(turn.t_harness),
     }
+
+
+def _token_ids(ids: list[int] | None) -> list[int] | None:
+    if ids is None:
+        return None
+    out = [int(t) for t in ids]
+    if out and (min(out) < 0 or max(out) > 2**31 - 1):
+        raise ValueError(f"token ids must be in [0, 2**31); got {min(out)}..{max(out)}")
+    return out
 
 
 def _arrow(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -459,8 +521,13 @@ class RecordStore:
         self.commit_interval = max(0.0, float(commit_interval))
         #: Most episodes queued before a commit is forced.
         self.max_pending = 512
-        self._cond = threading.Condition(threading.RLock())
-        self._pending: dict[str, tuple[pa.Table, pa.Table]] = {}
+        self._flusher_idle_s = 10.0
+        # Two locks, always taken in this order: ``_db_lock`` serialises use of
+        # the DuckDB connection; ``_cond`` guards the queue, so that ``append``
+        # never waits for a commit in progress.
+        self._db_lock = threading.RLock()
+        self._cond = threading.Condition(threading.Lock())
+        self._pending: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self._pending_since = 0.0
         self._flush_error: BaseException | None = None
         self._flusher: threading.Thread | None = None
@@ -532,7 +599,7 @@ class RecordStore:
                 con.rollback()
                 raise
             return
-        row = con.execute("SELECT max(schema_version) FROM meta").fetchone()
+        row = _one(con.execute("SELECT max(schema_version) FROM meta"))
         version = row[0] if row else None
         if version is None:
             raise RecordStoreError("record store has an empty `meta` table", where,
@@ -588,14 +655,14 @@ class RecordStore:
     def close(self) -> None:
         """Commit what is queued and close the file. Safe to call twice."""
         with self._cond:
-            if self._con is None:
+            if self._closing:
                 return
             self._closing = True
             self._cond.notify_all()
             flusher = self._flusher
-        if flusher is not None:
+        if flusher is not None and flusher is not threading.current_thread():
             flusher.join()
-        with self._cond:
+        with self._db_lock:
             if self._con is None:
                 return
             try:
@@ -607,7 +674,7 @@ class RecordStore:
 
     def flush(self) -> None:
         """Commit every queued episode now."""
-        with self._cond:
+        with self._db_lock:
             self._flush_locked()
 
     # -- runs --------------------------------------------------------------
@@ -622,9 +689,9 @@ class RecordStore:
         """
         self._writable()
         now = time.time()
-        with self._cond:
+        with self._db_lock:
             con = self._db()
-            exists = con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            exists = _one(con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]))
             if exists:
                 con.execute(
                     "UPDATE runs SET status = 'running', updated_at = ?, finished_at = NULL, "
@@ -635,7 +702,7 @@ class RecordStore:
                     "INSERT INTO runs (run_id, created_at, updated_at, finished_at, command, "
                     "config, status, manifest_hash, n_planned) "
                     "VALUES (?, ?, ?, NULL, ?, ?, 'running', ?, ?)",
-                    [run_id, now, now, _text(command), _to_json(scrub(dict(config))),
+                    [run_id, now, now, _text(command), _scrubbed_json(dict(config)),
                      manifest_hash, int(n_planned)])
 
     def finish_run(self, run_id: str, status: str = "finished") -> None:
@@ -644,7 +711,7 @@ class RecordStore:
         if status not in RUN_STATUSES:
             raise ValueError(f"unknown run status {status!r}; expected one of {RUN_STATUSES}")
         now = time.time()
-        with self._cond:
+        with self._db_lock:
             self._flush_locked()
             self._db().execute(
                 "UPDATE runs SET status = ?, updated_at = ?, finished_at = ? WHERE run_id = ?",
@@ -667,15 +734,15 @@ class RecordStore:
 
     def latest_run_id(self) -> str | None:
         """The id of the most recently created run, or ``None``."""
-        with self._cond:
-            row = self._db().execute(
+        with self._db_lock:
+            row = _one(self._db().execute(
                 "SELECT run_id FROM runs ORDER BY created_at DESC, run_id DESC LIMIT 1"
-            ).fetchone()
+            ))
         return row[0] if row else None
 
     def _runs(self, run_id: str | None) -> list[dict[str, Any]]:
         where, params = ("WHERE run_id = ?", [run_id]) if run_id is not None else ("", [])
-        with self._cond:
+        with self._db_lock:
             self._flush_locked()
             con = self._db()
             runs = _fetch_dicts(con.execute(
@@ -703,6 +770,8 @@ class RecordStore:
     def append(self, episode: Episode) -> None:
         """Record an episode with all its turns, atomically.
 
+        Call :meth:`start_run` first so that :meth:`runs` lists its run.
+
         An episode with an id already in the store replaces the old one (its
         turns too), in the same transaction, so a retried episode never
         duplicates. Secrets are scrubbed first. The episode is committed
@@ -715,23 +784,26 @@ class RecordStore:
         self._writable()
         now = time.time()
         # Convert (and so validate) here, in the caller's thread, so that bad
-        # data fails this call instead of a later background commit.
-        rows = [(ep.episode_id, _arrow([_episode_row(ep, now)], _EPISODE_SCHEMA),
-                 _arrow([_turn_row(ep.episode_id, t) for t in ep.turns], _TURN_SCHEMA))
+        # data fails this call rather than a later background commit.
+        rows = [(_episode_row(ep, now), [_turn_row(ep.episode_id, t) for t in ep.turns])
                 for ep in episodes]
         with self._cond:
-            self._raise_flush_error()
-            self._db()
+            if self._closing:
+                self._db()  # raises: closed
             if not self._pending:
                 self._pending_since = time.monotonic()
-            for episode_id, ep_table, turn_table in rows:
-                self._pending.pop(episode_id, None)  # the newest write wins
-                self._pending[episode_id] = (ep_table, turn_table)
-            if self.commit_interval <= 0 or len(self._pending) >= self.max_pending:
-                self._flush_locked()
-            else:
+            for ep_row, turn_rows in rows:
+                self._pending.pop(ep_row["episode_id"], None)  # the newest write wins
+                self._pending[ep_row["episode_id"]] = (ep_row, turn_rows)
+            now_please = self.commit_interval <= 0 or len(self._pending) >= self.max_pending
+            if not now_please:
                 self._start_flusher()
                 self._cond.notify_all()
+                # A failed background commit is reported here (these episodes
+                # stay queued); appending them again is harmless.
+                self._raise_flush_error()
+        if now_please:
+            self.flush()
 
     def delete_episodes(self, episode_ids: Iterable[str]) -> int:
         """Delete episodes (and their turns); returns how many existed."""
@@ -739,13 +811,13 @@ class RecordStore:
         ids = list(episode_ids)
         if not ids:
             return 0
-        with self._cond:
+        with self._db_lock:
             self._flush_locked()
             con = self._db()
             con.begin()
             try:
-                n = con.execute("SELECT count(*) FROM episodes WHERE list_contains(?, episode_id)",
-                                [ids]).fetchone()[0]
+                n = _one(con.execute(
+                    "SELECT count(*) FROM episodes WHERE list_contains(?, episode_id)", [ids]))[0]
                 con.execute("DELETE FROM turns WHERE list_contains(?, episode_id)", [ids])
                 con.execute("DELETE FROM episodes WHERE list_contains(?, episode_id)", [ids])
                 con.commit()
@@ -760,43 +832,65 @@ class RecordStore:
                                    "open it without read_only to write")
 
     def _start_flusher(self) -> None:
+        # Caller holds ``_cond``.
         if self._flusher is None or not self._flusher.is_alive():
             self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
                                              name=f"tackroom-records-{self.path.name}")
             self._flusher.start()
 
     def _flush_loop(self) -> None:
-        with self._cond:
-            while not self._closing:
-                if not self._pending:
-                    self._cond.wait()
-                    continue
-                wait = self._pending_since + self.commit_interval - time.monotonic()
-                if wait > 0:
+        while True:
+            with self._cond:
+                while not self._closing:
+                    if not self._pending:
+                        # Idle: exit after a while, so that a store nobody closed can
+                        # still be garbage-collected; the next append starts a new one.
+                        if not self._cond.wait(self._flusher_idle_s) and not self._pending:
+                            self._flusher = None
+                            return
+                        continue
+                    wait = self._pending_since + self.commit_interval - time.monotonic()
+                    if wait <= 0:
+                        break
                     self._cond.wait(wait)
-                    continue
-                try:
-                    self._flush_locked()
-                except BaseException as exc:  # noqa: BLE001 - surfaced by the next call
+                if self._closing:
+                    return  # close() commits the rest
+            try:
+                self.flush()
+            except BaseException as exc:  # noqa: BLE001 - surfaced by the next call
+                with self._cond:
                     self._flush_error = exc
 
     def _raise_flush_error(self) -> None:
+        # Caller holds ``_cond``.
         if self._flush_error is not None:
             exc, self._flush_error = self._flush_error, None
+            if isinstance(exc, RecordStoreError):
+                raise exc
             raise RecordStoreError(f"writing episodes failed: {exc}", str(self.path),
-                                   "the episodes queued then were lost; re-run with --resume"
-                                   ) from exc
+                                   "the episodes queued then were not recorded; re-run "
+                                   "with --resume") from exc
 
     def _flush_locked(self) -> None:
-        """Commit the queue in one transaction. Caller holds ``self._cond``."""
-        self._raise_flush_error()
-        if not self._pending:
+        """Commit the queue in one transaction. Caller holds ``_db_lock``."""
+        with self._cond:
+            earlier, self._flush_error = self._flush_error, None
+            batch = list(self._pending.values())
+            self._pending = {}
+        try:
+            self._write(batch)
+        finally:
+            if earlier is not None:  # a background commit failed: report it now
+                with self._cond:
+                    self._flush_error = earlier
+                    self._raise_flush_error()
+
+    def _write(self, batch: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> None:
+        if not batch:
             return
-        batch = list(self._pending.values())
-        self._pending = {}
         con = self._db()
-        episodes = pa.concat_tables([e for e, _ in batch])
-        turns = pa.concat_tables([t for _, t in batch])
+        episodes = _arrow([e for e, _ in batch], _EPISODE_SCHEMA)
+        turns = _arrow([t for _, ts in batch for t in ts], _TURN_SCHEMA)
         con.register("_tackroom_new_episodes", episodes)
         con.register("_tackroom_new_turns", turns)
         try:
@@ -838,7 +932,7 @@ class RecordStore:
         ``--resume`` uses it to skip episodes already done (and to retry
         ``infra_error`` ones).
         """
-        with self._cond:
+        with self._db_lock:
             self._flush_locked()
             rows = self._db().execute(
                 "SELECT episode_id, outcome FROM episodes WHERE run_id = ?", [run_id]).fetchall()
@@ -864,7 +958,7 @@ class RecordStore:
         sql = f"SELECT * FROM episodes {where} ORDER BY started_at, episode_id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        with self._cond:
+        with self._db_lock:
             self._flush_locked()
             rows = _fetch_dicts(self._db().execute(sql, params))
         return [_parse_episode_json(r) for r in rows]
@@ -872,10 +966,10 @@ class RecordStore:
     def count(self, run_id: str | None = None, **filters: Any) -> int:
         """How many episodes match (same arguments as :meth:`episodes`)."""
         where, params = _where(run_id, filters)
-        with self._cond:
+        with self._db_lock:
             self._flush_locked()
-            return int(self._db().execute(f"SELECT count(*) FROM episodes {where}",
-                                          params).fetchone()[0])
+            row = _one(self._db().execute(f"SELECT count(*) FROM episodes {where}", params))
+        return int(row[0]) if row else 0
 
     def resolve_episode_id(self, episode_id_or_prefix: str) -> str:
         """The full id of the one episode whose id starts with the argument.
@@ -884,7 +978,7 @@ class RecordStore:
             RecordStoreError: no episode, or several, match.
         """
         key = episode_id_or_prefix.strip()
-        with self._cond:
+        with self._db_lock:
             self._flush_locked()
             rows = self._db().execute(
                 "SELECT episode_id FROM episodes WHERE starts_with(episode_id, ?) "
@@ -908,7 +1002,7 @@ class RecordStore:
             RecordStoreError: no episode, or several, match.
         """
         full = self.resolve_episode_id(episode_id)
-        with self._cond:
+        with self._db_lock:
             con = self._db()
             row = _fetch_dicts(con.execute("SELECT * FROM episodes WHERE episode_id = ?",
                                            [full]))[0]
@@ -918,7 +1012,7 @@ class RecordStore:
     def turns(self, episode_id: str) -> list[Turn]:
         """The turns of one episode (id or unique prefix), in order."""
         full = self.resolve_episode_id(episode_id)
-        with self._cond:
+        with self._db_lock:
             return [_turn_from_row(t) for t in self._turn_rows([full])]
 
     def iter_episodes(self, run_id: str | None = None, *, batch_size: int = 256,
@@ -931,7 +1025,7 @@ class RecordStore:
         rows = self.episodes(run_id, **filters)
         for start in range(0, len(rows), batch_size):
             chunk = rows[start:start + batch_size]
-            with self._cond:
+            with self._db_lock:
                 turn_rows = self._turn_rows([r["episode_id"] for r in chunk])
             by_episode: dict[str, list[Turn]] = {}
             for t in turn_rows:
@@ -957,7 +1051,7 @@ class RecordStore:
         episodes WHERE run_id = ? GROUP BY harness", [run_id])``. JSON
         columns come back as strings.
         """
-        with self._cond:
+        with self._db_lock:
             self._flush_locked()
             cur = self._db().execute(sql, params) if params is not None else \
                 self._db().execute(sql)
@@ -967,11 +1061,21 @@ class RecordStore:
 
     def arrow(self, sql: str, params: list[Any] | Mapping[str, Any] | None = None) -> pa.Table:
         """Like :meth:`query` but returns a :class:`pyarrow.Table` (fast for big results)."""
-        with self._cond:
+        with self._db_lock:
             self._flush_locked()
-            cur = self._db().execute(sql, params) if params is not None else \
-                self._db().execute(sql)
-            return cur.fetch_arrow_table()
+            rel = self._db().sql(sql, params=params)
+            if rel is None:  # a statement without a result
+                return pa.table({})
+            # ``to_arrow_table`` since DuckDB 1.4; ``arrow`` before.
+            fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
+            return fetch()
+
+
+def _one(cur: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
+    """The first row, reading the result to the end (DuckDB 2 refuses new work on
+    a connection while a result is unfinished)."""
+    rows = cur.fetchall()
+    return rows[0] if rows else None
 
 
 def _fetch_dicts(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:

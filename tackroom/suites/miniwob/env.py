@@ -396,6 +396,10 @@ class MiniWoBEnv:
         if gym_env is not None:
             gym_env.instance.kill(graceful=graceful)
 
+    def kill_browser(self) -> None:
+        """Kill the browser now (e.g. after a crash); the next ``reset`` starts a new one."""
+        self._kill(graceful=False)
+
     def close(self, quick: bool = False) -> None:
         """Kill the browser (``quick``: without asking Chrome to quit first). Idempotent."""
         self.closed = True

@@ -1,0 +1,189 @@
+"""The `tackroom` CLI as a user runs it: real processes, real record store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tackroom.records import RecordStore
+
+TACKROOM = [sys.executable, "-m", "tackroom.cli"]
+
+
+def cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run([*TACKROOM, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error:")
+    return lines[0]
+
+
+def test_eval_prints_the_harness_policy_table_and_records_episodes(tmp_path):
+    db = str(tmp_path / "r.duckdb")
+    p = cli("eval", "--suite", "toy", "--harness", "som-tools,html-commands,outline-coords",
+            "--policy", "expert", "--seeds", "0-2", "--db", db, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "Success by harness × policy" in out and "95% CI" in out
+    for h in ("som-tools", "html-commands", "outline-coords"):
+        assert h in out
+    assert "100%" in out
+    with RecordStore(db) as store:
+        (run,) = store.runs()
+        rows = store.episodes(run_id=run["run_id"])
+    assert len(rows) == 18 * 3 * 3
+    assert Counter(r["outcome"] for r in rows) == {"success": len(rows)}
+
+    shown = cli("show", "latest", rows[0]["episode_id"][:8], "--db", db, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "turn 0" in shown.stdout and "outcome: success" in shown.stdout
+    runs = cli("runs", "--db", db, cwd=tmp_path)
+    assert run["run_id"] in runs.stdout and "finished" in runs.stdout
+
+    for fmt, target in [("jsonl", "e.jsonl"), ("parquet", "e.parquet"), ("atif", "atif")]:
+        ex = cli("export", "latest", "--format", fmt, "--out", str(tmp_path / target),
+                 "--db", db, cwd=tmp_path)
+        assert ex.returncode == 0, ex.stderr
+        assert f"wrote {len(rows)} episodes" in ex.stdout
+    first = json.loads((tmp_path / "e.jsonl").read_text().splitlines()[0])
+    assert first["turns"] and first["harness_hash"]
+
+
+def test_dry_run_prints_the_grid_and_runs_nothing(tmp_path):
+    p = cli("eval", "--suite", "toy", "--tasks", "click-*", "--harness", "som-tools,html-commands",
+            "--seeds", "0-9", "--dry-run", "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "Dry run" in p.stdout and "som-tools" in p.stdout and "html-commands" in p.stdout
+    assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_malformed_harness_file_is_one_clear_line(tmp_path):
+    bad = tmp_path / "broken.toml"
+    bad.write_text('extends = "som-tools"\n[loop]\nactions_per_turn = 0\n')
+    line = one_line_error(cli("eval", "--suite", "toy", "--harness", str(bad), cwd=tmp_path))
+    assert str(bad) in line and "[loop].actions_per_turn" in line and "1 to 50" in line
+    v = cli("harness", "validate", str(bad), "som-tools", cwd=tmp_path)
+    assert v.returncode == 1 and "ok som-tools" in v.stdout and "actions_per_turn" in v.stderr
+
+
+def test_unknown_task_and_suite_and_policy_are_one_clear_line(tmp_path):
+    line = one_line_error(cli("eval", "--suite", "toy", "--tasks", "click-buton", cwd=tmp_path))
+    assert "click-buton" in line and "did you mean" in line and "click-button" in line
+    line = one_line_error(cli("eval", "--suite", "nosuch", cwd=tmp_path))
+    assert "unknown suite" in line and "miniwob" in line
+    line = one_line_error(cli("eval", "--suite", "toy", "--policy", "gpt", cwd=tmp_path))
+    assert "unknown policy" in line and "openai:MODEL" in line
+    line = one_line_error(cli("eval", "--suite", "toy", "--seeds", "9-1", cwd=tmp_path))
+    assert "--seeds" in line
+
+
+def test_unreachable_model_server_is_one_clear_line(tmp_path):
+    t0 = time.monotonic()
+    line = one_line_error(cli("eval", "--suite", "toy", "--policy", "openai:m",
+                              "--base-url", "http://127.0.0.1:9/v1",
+                              "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path))
+    assert "http://127.0.0.1:9/v1 unreachable" in line and "--base-url" in line
+    assert time.monotonic() - t0 < 60
+
+
+def test_harness_list_show_diff(tmp_path):
+    listed = cli("harness", "list", cwd=tmp_path)
+    assert listed.returncode == 0
+    for h in ("som-tools", "html-commands", "outline-coords", "som-tools-reflect"):
+        assert h in listed.stdout
+    shown = cli("harness", "show", "som-tools-reflect", cwd=tmp_path)
+    assert "som-tools -> som-tools-reflect" in shown.stdout and "reflect" in shown.stdout
+    diff = cli("harness", "diff", "som-tools", "som-tools-reflect", cwd=tmp_path)
+    assert "loop.on_action_error" in diff.stdout and "'feedback'" in diff.stdout
+
+
+def test_help_shows_examples(tmp_path):
+    p = cli("eval", "--help", cwd=tmp_path)
+    assert p.returncode == 0 and "Examples" in p.stdout and "--resume" in p.stdout
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_records_every_episode_exactly_once(tmp_path):
+    db = str(tmp_path / "r.duckdb")
+    args = ["eval", "--suite", "toy", "--harness", "som-tools,html-commands,outline-coords",
+            "--seeds", "0-399", "--db", db, "-n", "4"]
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.Popen([*TACKROOM, *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Wait until some episodes are committed, then kill without warning.
+    deadline = time.monotonic() + 60
+    wal = Path(db + ".wal")
+    while time.monotonic() < deadline and proc.poll() is None:
+        if wal.exists() and wal.stat().st_size > 200_000:
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+    with RecordStore(db) as store:
+        (run,) = store.runs()
+        run_id = run["run_id"]
+        before = len(store.episodes(run_id=run_id))
+    planned = 18 * 3 * 400
+    assert 0 < before < planned
+
+    p = cli("eval", "--resume", run_id, "--db", db, cwd=tmp_path, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"{before} already recorded" in p.stdout
+    with RecordStore(db) as store:
+        rows = store.episodes(run_id=run_id)
+        assert store.run(run_id)["status"] == "finished"
+    cells = Counter((r["task"], r["harness"], r["policy"], r["seed"]) for r in rows)
+    assert len(cells) == planned
+    assert set(cells.values()) == {1}
+    assert len({r["episode_id"] for r in rows}) == len(rows)
+    # Every recorded episode is whole: its turn rows are all there.
+    with RecordStore(db) as store:
+        sample = rows[:: max(1, len(rows) // 50)]
+        for r in sample:
+            assert len(store.turns(r["episode_id"])) == r["n_turns"]
+
+
+def test_replay_re_emits_recorded_outputs(tmp_path):
+    db = str(tmp_path / "r.duckdb")
+    first = cli("eval", "--suite", "toy", "--tasks", "login-user,click-tab", "--harness",
+                "som-tools", "--seeds", "0-3", "--db", db, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    with RecordStore(db) as store:
+        run_id = store.latest_run_id()
+        original = {(r["task"], r["seed"]): r for r in store.episodes(run_id=run_id)}
+    again = cli("eval", "--suite", "toy", "--tasks", "login-user,click-tab",
+                "--harness", "som-tools,html-commands", "--policy", f"replay:{run_id}",
+                "--seeds", "0-3", "--db", db, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    with RecordStore(db) as store:
+        replayed = store.episodes(run_id=store.latest_run_id())
+        same = [r for r in replayed if r["harness"] == "som-tools"]
+        assert len(same) == 8
+        for r in same:
+            o = original[(r["task"], r["seed"])]
+            assert (r["outcome"], r["n_turns"]) == (o["outcome"], o["n_turns"]) == \
+                ("success", o["n_turns"])
+            a, b = store.turns(r["episode_id"]), store.turns(o["episode_id"])
+            assert [t.actions for t in a] == [t.actions for t in b]
+        # Nothing was recorded under html-commands: the replay says so, and it is a parse error.
+        other = [r for r in replayed if r["harness"] == "html-commands"]
+        assert other and all(r["outcome"] != "success" for r in other)
+        assert all(r["parse_errors"] >= 1 for r in other)

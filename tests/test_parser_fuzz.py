@@ -1,0 +1,42 @@
+"""Garbage model output never raises: every parser returns actions or a model-facing error."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tackroom.core.policy import PolicyResponse, ToolCall
+from tackroom.harness.session import HarnessSession
+from tackroom.harness.spec import list_harnesses, load_harness
+
+SESSIONS = [HarnessSession(load_harness(n), "task") for n in sorted(list_harnesses())]
+
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=4),
+    max_leaves=12,
+)
+texty = st.one_of(
+    st.text(max_size=300),
+    st.builds(lambda a, b: f"```\n{a}\n```{b}", st.text(max_size=80), st.text(max_size=20)),
+    st.builds(lambda v: __import__("json").dumps(v), json_like),
+    st.sampled_from(['{"action": "click"', "click", "type 3 \"", "```\npress\n```", "[{}]",
+                     '{"action": "type", "x": 1e999, "y": -0, "text": null}', "{" * 500]),
+)
+tool_calls = st.lists(st.builds(ToolCall, st.text(max_size=5),
+                                st.sampled_from(["click", "type", "press", "", "evil"]),
+                                texty), max_size=3)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(text=st.none() | texty, calls=tool_calls)
+def test_no_output_makes_a_parser_raise(text, calls):
+    response = PolicyResponse(text=text, tool_calls=calls)
+    for session in SESSIONS:
+        parsed = session.parse(response)
+        if parsed.error is None:
+            assert parsed.actions, "a successful parse yields at least one action"
+        else:
+            assert isinstance(parsed.error, str) and parsed.error
+            assert session.feedback_for_parse_error(parsed.error)
