@@ -401,7 +401,7 @@ def show_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")],
                               str(r["seed"]), r["outcome"], str(r["n_turns"]))
             console.print(table)
             return
-        ep = store.load_episode(episode)
+        ep = store.load_episode(episode, run_id=run_id)
     _replay(ep, full)
 
 

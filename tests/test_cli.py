@@ -158,7 +158,7 @@ def test_sigkill_mid_run_then_resume_records_every_episode_exactly_once(tmp_path
     with RecordStore(db) as store:
         sample = rows[:: max(1, len(rows) // 50)]
         for r in sample:
-            assert len(store.turns(r["episode_id"])) == r["n_turns"]
+            assert len(store.turns(r["episode_id"], run_id=run_id)) == r["n_turns"]
 
 
 def test_replay_re_emits_recorded_outputs(tmp_path):
@@ -181,7 +181,8 @@ def test_replay_re_emits_recorded_outputs(tmp_path):
             o = original[(r["task"], r["seed"])]
             assert (r["outcome"], r["n_turns"]) == (o["outcome"], o["n_turns"]) == \
                 ("success", o["n_turns"])
-            a, b = store.turns(r["episode_id"]), store.turns(o["episode_id"])
+            a = store.turns(r["episode_id"], run_id=r["run_id"])
+            b = store.turns(o["episode_id"], run_id=run_id)
             assert [t.actions for t in a] == [t.actions for t in b]
         # Nothing was recorded under html-commands: the replay says so, and it is a parse error.
         other = [r for r in replayed if r["harness"] == "html-commands"]

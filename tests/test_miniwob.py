@@ -14,20 +14,24 @@ import time
 import pytest
 
 from tackroom.core import (
-    CAPABILITIES, ActionError, Click, ClickAt, InfraError, Press, Submit, Type, TypeText,
+    CAPABILITIES,
+    ActionError,
+    Click,
+    ClickAt,
+    InfraError,
+    Press,
+    Submit,
+    Type,
+    TypeText,
 )
 
 pytest.importorskip("miniwob")
 pytest.importorskip("selenium")
 from tackroom.suites.miniwob import EXPERTS, TASKS, MiniWoBPool, make_suite  # noqa: E402
-from tackroom.suites.miniwob.env import (  # noqa: E402
-    EPISODE_MAX_TIME_MS, MiniWoBEnv, resolve_key,
-)
+from tackroom.suites.miniwob.env import EPISODE_MAX_TIME_MS, MiniWoBEnv, resolve_key  # noqa: E402
 from tackroom.suites.miniwob.experts import run_expert  # noqa: E402
 
 HAVE_CHROME = os.path.isfile(os.environ.get("MINIWOB_CHROME_BINARY", "/usr/bin/chromium"))
-browser = [pytest.mark.browser,
-           pytest.mark.skipif(not HAVE_CHROME, reason="needs chromium + chromedriver")]
 EXPERT_SEEDS = (0, 1, 2)
 
 

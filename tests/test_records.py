@@ -162,6 +162,98 @@ def test_same_id_replaces_never_duplicates(db: Path) -> None:
         assert store.load_episode(first.episode_id).n_turns == 2
 
 
+@pytest.mark.parametrize("commit_interval", [0, 60])
+def test_two_runs_of_the_same_grid_stay_independent(db: Path, commit_interval: float) -> None:
+    """The episode id leaves the run out, so run-b's cells have run-a's ids; a
+    second run must not replace (or move) the first run's records."""
+    grid = range(4)
+    run_a = [make_episode(i, run_id="run-a", n_turns=3, outcome=Outcome.SUCCESS) for i in grid]
+    run_b = [make_episode(i, run_id="run-b", n_turns=1 + i % 2, outcome=Outcome.FAILURE)
+             for i in grid]
+    assert [e.episode_id for e in run_a] == [e.episode_id for e in run_b]
+    with RecordStore(db, commit_interval=commit_interval) as store:
+        store.start_run("run-a", "tackroom run", {}, n_planned=4)
+        store.append_many(run_a)
+        store.start_run("run-b", "tackroom run", {}, n_planned=4)
+        for ep in run_b:  # with commit_interval=60 both runs share one queued batch
+            store.append(ep)
+        assert store.count() == 8 and store.count("run-a") == store.count("run-b") == 4
+        assert store.episode_ids("run-a") == {e.episode_id: "success" for e in run_a}
+        assert store.episode_ids("run-b") == {e.episode_id: "failure" for e in run_b}
+        assert store.run("run-a")["n_episodes"] == store.run("run-b")["n_episodes"] == 4
+        for a, b in zip(run_a, run_b, strict=True):
+            assert store.load_episode(a.episode_id, run_id="run-a") == a
+            assert store.load_episode(b.episode_id, run_id="run-b") == b
+            assert store.turns(a.episode_id, run_id="run-a") == a.turns
+            assert store.turns(b.episode_id, run_id="run-b") == b.turns
+        assert list(store.iter_episodes("run-a", batch_size=3)) == run_a
+        assert list(store.iter_episodes("run-b", batch_size=3)) == run_b
+        assert sorted((e.run_id, e.seed, e.n_turns) for e in store.iter_episodes()) == sorted(
+            (e.run_id, e.seed, e.n_turns) for e in run_a + run_b)
+        n_turns = sum(e.n_turns for e in run_a + run_b)
+        assert store.query("SELECT count(*) AS n FROM turns")[0]["n"] == n_turns
+        assert store.query("SELECT count(*) AS n FROM turns t JOIN episodes e "
+                           "USING (run_id, episode_id)")[0]["n"] == n_turns
+
+        # A retry replaces the record of its own run only.
+        retry = make_episode(0, run_id="run-b", n_turns=5, outcome=Outcome.TIMEOUT)
+        store.append(retry)
+        assert store.load_episode(retry.episode_id, run_id="run-b") == retry
+        assert store.load_episode(retry.episode_id, run_id="run-a") == run_a[0]
+        assert store.count() == 8
+
+        # Deleting in one run leaves the other; without run_id, every run's record goes.
+        assert store.delete_episodes([run_a[1].episode_id], run_id="run-a") == 1
+        assert store.load_episode(run_b[1].episode_id, run_id="run-b") == run_b[1]
+        with pytest.raises(RecordStoreError, match="in run 'run-a'"):
+            store.load_episode(run_a[1].episode_id, run_id="run-a")
+        assert store.delete_episodes([run_a[2].episode_id]) == 2
+        assert store.count() == 5
+        left = [run_a[0], run_a[3], retry, run_b[1], run_b[3]]
+        assert store.query("SELECT count(*) AS n FROM turns")[0]["n"] == \
+            sum(e.n_turns for e in left)
+        assert sorted((e.run_id, e.episode_id) for e in store.iter_episodes()) == sorted(
+            (e.run_id, e.episode_id) for e in left)
+
+
+def test_prefix_resolution_across_runs(db: Path) -> None:
+    with RecordStore(db) as store:
+        # Names sort against creation order, and the older run writes last
+        # (a resume): the most recent run is the one created last.
+        store.start_run("run-z", "tackroom run", {}, n_planned=2)
+        time.sleep(0.01)
+        store.start_run("run-b", "tackroom run", {}, n_planned=2)
+        newer = make_episode(1, run_id="run-b", eid="abc111", n_turns=1)
+        older = make_episode(1, run_id="run-z", eid="abc111", n_turns=2)
+        store.append(newer)
+        store.append(older)
+        store.append(make_episode(2, run_id="run-z", eid="abc222"))
+        store.append(make_episode(3, run_id="run-z", eid="def333"))
+
+        # One id in two runs is not ambiguous: the most recent run's record.
+        assert store.resolve_episode_id("abc1") == "abc111"
+        loaded = store.load_episode("abc1")
+        assert loaded.run_id == "run-b" and loaded == newer
+        assert store.turns("abc1") == newer.turns
+        # run_id picks the run.
+        assert store.load_episode("abc1", run_id="run-z") == older
+        assert store.turns("abc111", run_id="run-z") == older.turns
+        assert store.resolve_episode_id("abc", run_id="run-b") == "abc111"
+        # Different ids are ambiguous, with or without a run.
+        for run_id in (None, "run-z"):
+            with pytest.raises(RecordStoreError, match="ambiguous") as info:
+                store.resolve_episode_id("abc", run_id=run_id)
+            assert "abc111" in info.value.what and "abc222" in info.value.what
+        # An id recorded only in another run is not found in this one.
+        with pytest.raises(RecordStoreError, match="no episode"):
+            store.load_episode("def", run_id="run-b")
+        assert store.load_episode("def").run_id == "run-z"
+        # Runs without a ``runs`` row come after those with one.
+        store.append(make_episode(1, run_id="unlisted", eid="abc111"))
+        assert store.load_episode("abc111").run_id == "run-b"
+        assert store.load_episode("abc111", run_id="unlisted").run_id == "unlisted"
+
+
 def test_episode_ids_for_resume(db: Path) -> None:
     with RecordStore(db) as store:
         done = make_episode(1, outcome=Outcome.SUCCESS)
@@ -390,6 +482,84 @@ def test_newer_schema_version_is_refused(db: Path) -> None:
     assert "schema version" in err.what and str(db) in err.where and "upgrade" in err.fix
 
 
+# The tables as schema version 1 created them, frozen: episodes keyed by id alone.
+V1_DDL = [
+    "CREATE TABLE meta (schema_version INTEGER NOT NULL, created_at DOUBLE, "
+    "tackroom_version TEXT)",
+    """CREATE TABLE runs (run_id TEXT PRIMARY KEY, created_at DOUBLE NOT NULL,
+        updated_at DOUBLE NOT NULL, finished_at DOUBLE, command TEXT, config JSON,
+        status TEXT NOT NULL, manifest_hash TEXT, n_planned INTEGER)""",
+    """CREATE TABLE episodes (episode_id TEXT PRIMARY KEY, run_id TEXT NOT NULL,
+        task TEXT NOT NULL, suite TEXT, harness TEXT, harness_hash TEXT, policy TEXT,
+        seed BIGINT, attempt INTEGER, sampling JSON, outcome TEXT NOT NULL, reward DOUBLE,
+        instruction TEXT, error TEXT, n_turns INTEGER, prompt_tokens BIGINT,
+        completion_tokens BIGINT, parse_errors INTEGER, started_at DOUBLE, ended_at DOUBLE,
+        t_policy DOUBLE, t_env DOUBLE, t_harness DOUBLE, meta JSON, recorded_at DOUBLE)""",
+    """CREATE TABLE turns (episode_id TEXT NOT NULL, idx INTEGER NOT NULL, messages JSON,
+        raw_text TEXT, tool_calls JSON, parse_error TEXT, feedback TEXT, actions JSON,
+        action_error TEXT, observation TEXT, reward DOUBLE, prompt_tokens INTEGER,
+        completion_tokens INTEGER, token_ids INTEGER[], logprobs DOUBLE[], adapter TEXT,
+        t_policy DOUBLE, t_env DOUBLE, t_harness DOUBLE, PRIMARY KEY (episode_id, idx))""",
+]
+
+
+def table_layout(path: Path) -> tuple[list, list]:
+    """The columns and constraints of ``episodes`` and ``turns``."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        cols = con.execute(
+            "SELECT table_name, column_index, column_name, data_type, is_nullable "
+            "FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND table_name IN ('episodes', 'turns') ORDER BY ALL").fetchall()
+        keys = con.execute(
+            "SELECT table_name, constraint_type, constraint_column_names "
+            "FROM duckdb_constraints() WHERE database_name = current_database() "
+            "AND table_name IN ('episodes', 'turns') ORDER BY ALL").fetchall()
+    finally:
+        con.close()
+    return cols, keys
+
+
+def test_migrates_a_version_1_store(tmp_path: Path) -> None:
+    episodes = [make_episode(1, n_turns=3), make_episode(2, n_turns=0,
+                                                         outcome=Outcome.INFRA_ERROR),
+                make_episode(3, run_id="run-b", n_turns=2)]
+    fresh = tmp_path / "fresh.duckdb"
+    with RecordStore(fresh) as store:
+        store.start_run("run-a", "tackroom run", {}, n_planned=2)
+        store.start_run("run-b", "tackroom run", {}, n_planned=1)
+        store.append_many(episodes)
+    # A version-1 file with the same records, written with version 1's tables.
+    old = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(old))
+    for sql in V1_DDL:
+        con.execute(sql)
+    con.execute("INSERT INTO meta VALUES (1, 1700000000.0, '0.0.1')")
+    con.execute(f"ATTACH '{fresh}' AS fresh (READ_ONLY)")
+    con.execute("INSERT INTO runs BY NAME SELECT * FROM fresh.runs")
+    con.execute("INSERT INTO episodes BY NAME SELECT * FROM fresh.episodes")
+    con.execute("INSERT INTO turns BY NAME SELECT * EXCLUDE (run_id) FROM fresh.turns")
+    con.close()
+
+    with pytest.raises(RecordStoreError, match="old schema version 1"):
+        RecordStore(old, read_only=True)
+    with RecordStore(old) as store:  # migrates
+        assert store.query("SELECT schema_version FROM meta") == [{"schema_version": 2}]
+        for ep in episodes:
+            assert store.load_episode(ep.episode_id, run_id=ep.run_id) == ep
+        assert store.query("SELECT run_id, count(*) AS n FROM turns GROUP BY ALL "
+                           "ORDER BY ALL") == [{"run_id": "run-a", "n": 3},
+                                               {"run_id": "run-b", "n": 2}]
+        # Keyed by run now: the same cell in another run is a second record.
+        again = make_episode(1, run_id="run-c", n_turns=1)
+        store.append(again)
+        assert store.load_episode(again.episode_id, run_id="run-a") == episodes[0]
+        assert store.load_episode(again.episode_id, run_id="run-c") == again
+    # The migrated tables are exactly what a new store creates.
+    assert table_layout(old) == table_layout(fresh)
+    assert SCHEMA_VERSION == 2
+
+
 def test_foreign_files_are_refused(tmp_path: Path) -> None:
     not_duckdb = tmp_path / "notes.duckdb"
     not_duckdb.write_text("hello\n" * 1000)
@@ -459,7 +629,7 @@ def test_sigkill_leaves_whole_episodes(db: Path, commit_interval: float) -> None
     with RecordStore(db) as store:  # replays the WAL
         rows = store.query("""
             SELECT e.episode_id, e.n_turns, count(t.idx) AS n_rows
-            FROM episodes e LEFT JOIN turns t USING (episode_id) GROUP BY ALL""")
+            FROM episodes e LEFT JOIN turns t USING (run_id, episode_id) GROUP BY ALL""")
         if commit_interval == 0:
             assert len(rows) >= appended  # durable as soon as append returned
         assert rows, "nothing was committed"
@@ -570,6 +740,40 @@ def check_atif(doc: dict) -> None:
     assert set(doc.get("final_metrics", {})) <= {
         "total_prompt_tokens", "total_completion_tokens", "total_cached_tokens",
         "total_cost_usd", "total_steps", "extra"}
+
+
+def test_exports_of_two_runs_of_the_same_grid(filled: RecordStore, tmp_path: Path) -> None:
+    again = [make_episode(1, run_id="run-b", n_turns=2, outcome=Outcome.FAILURE),
+             make_episode(2, run_id="run-b", n_turns=4)]
+    filled.append_many(again)  # run-a's seeds 1 and 2, run again in run-b
+    assert export_jsonl(filled, "run-a", tmp_path / "a.jsonl") == 3
+    assert export_jsonl(filled, None, tmp_path / "all.jsonl") == 6
+    lines = [json.loads(x) for x in (tmp_path / "all.jsonl").read_text().splitlines()]
+    assert sorted((d["run_id"], d["seed"], len(d["turns"])) for d in lines) == [
+        ("run-a", 1, 3), ("run-a", 2, 1), ("run-a", 3, 0),
+        ("run-b", 1, 2), ("run-b", 2, 4), ("run-b", 4, 3)]
+
+    assert export_parquet(filled, None, tmp_path / "all.parquet", batch_size=4) == 6
+    rows = pq.read_table(tmp_path / "all.parquet").to_pylist()
+    assert sorted((r["run_id"], r["seed"], len(r["turns"]), r["n_turns"]) for r in rows) == [
+        ("run-a", 1, 3, 3), ("run-a", 2, 1, 1), ("run-a", 3, 0, 0),
+        ("run-b", 1, 2, 2), ("run-b", 2, 4, 4), ("run-b", 4, 3, 3)]
+    assert export_parquet(filled, "run-b", tmp_path / "b.parquet") == 3
+
+    # One run: <out>/<episode_id>/; every run: <out>/<run_id>/<episode_id>/.
+    assert export_atif(filled, "run-b", tmp_path / "atif-b") == 3
+    assert len(list((tmp_path / "atif-b").glob("*/trajectory.json"))) == 3
+    out = tmp_path / "atif-all"
+    assert export_atif(filled, None, out) == 6
+    paths = sorted(p.relative_to(out).parts[:2] for p in out.glob("*/*/trajectory.json"))
+    eid = again[0].episode_id
+    assert ("run-a", eid) in paths and ("run-b", eid) in paths and len(paths) == 6
+    doc_a = json.loads((out / "run-a" / eid / "trajectory.json").read_text())
+    doc_b = json.loads((out / "run-b" / eid / "trajectory.json").read_text())
+    assert doc_a["session_id"] == doc_b["session_id"] == eid
+    assert (doc_a["extra"]["run_id"], doc_b["extra"]["run_id"]) == ("run-a", "run-b")
+    assert doc_a["final_metrics"]["extra"]["n_turns"] == 3
+    assert doc_b["final_metrics"]["extra"]["n_turns"] == 2
 
 
 def test_export_atif(filled: RecordStore, tmp_path: Path) -> None:

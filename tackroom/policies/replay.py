@@ -33,7 +33,7 @@ class ReplayPolicy:
                 key = (row["task"], row["harness"], int(row["seed"]))
                 if key in self._turns and row["attempt"] <= self._turns[key][0]["attempt"]:
                     continue
-                turns = [t.to_dict() for t in store.turns(row["episode_id"])]
+                turns = [t.to_dict() for t in store.turns(row["episode_id"], run_id=run_id)]
                 self._turns[key] = [{"attempt": row["attempt"]}, *turns]
 
     async def act(self, request: PolicyRequest) -> PolicyResponse:

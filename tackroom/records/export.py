@@ -6,10 +6,14 @@
   structs (JSON-valued fields such as ``messages`` are JSON strings), readable
   by ``datasets.load_dataset("parquet", data_files=path)``, pandas, DuckDB.
 * :func:`export_atif` — ``<out_dir>/<episode_id>/trajectory.json`` per
-  episode in Harbor's Agent Trajectory Interchange Format, ATIF-v1.4.
+  episode in Harbor's Agent Trajectory Interchange Format, ATIF-v1.4
+  (``<out_dir>/<run_id>/<episode_id>/trajectory.json`` when exporting every
+  run).
 
 Every export reads the (already scrubbed) record store and returns the
-number of episodes written. ``run_id=None`` exports every run.
+number of episodes written. ``run_id=None`` exports every run; an episode id
+recorded in several runs (the same grid cell run again) is then exported once
+per run, each record carrying its ``run_id``.
 """
 
 from __future__ import annotations
@@ -107,7 +111,9 @@ _TURN_STRUCT = """struct_pack(
     t_env := t.t_env,
     t_harness := t.t_harness)"""
 
+# ``k``: the (run_id, episode_id) records of one batch, from two parallel lists.
 _PARQUET_SQL = f"""
+WITH k AS (SELECT unnest(?::VARCHAR[]) AS run_id, unnest(?::VARCHAR[]) AS episode_id)
 SELECT e.episode_id, e.run_id, e.task, e.suite, e.harness, e.harness_hash, e.policy,
        e.seed, e.attempt, CAST(e.sampling AS VARCHAR) AS sampling, e.outcome,
        e.outcome = 'success' AS success, e.reward, e.instruction, e.error, e.n_turns,
@@ -115,14 +121,14 @@ SELECT e.episode_id, e.run_id, e.task, e.suite, e.harness, e.harness_hash, e.pol
        e.t_policy, e.t_env, e.t_harness, CAST(e.meta AS VARCHAR) AS meta,
        coalesce(t.turns, []) AS turns
 FROM episodes e
+JOIN k USING (run_id, episode_id)
 LEFT JOIN (
-    SELECT t.episode_id, list({_TURN_STRUCT} ORDER BY t.idx) AS turns
+    SELECT t.run_id, t.episode_id, list({_TURN_STRUCT} ORDER BY t.idx) AS turns
     FROM turns t
-    WHERE list_contains(?::VARCHAR[], t.episode_id)
-    GROUP BY t.episode_id
-) t USING (episode_id)
-WHERE list_contains(?::VARCHAR[], e.episode_id)
-ORDER BY e.started_at, e.episode_id
+    JOIN k USING (run_id, episode_id)
+    GROUP BY t.run_id, t.episode_id
+) t USING (run_id, episode_id)
+ORDER BY e.started_at, e.episode_id, e.run_id
 """
 
 
@@ -138,16 +144,16 @@ def export_parquet(store: RecordStore, run_id: str | None, path: str | Path, *,
     number of episodes written.
     """
     path = Path(path)
-    ids = [r["episode_id"] for r in store.episodes(run_id)]
+    keys = [(r["run_id"], r["episode_id"]) for r in store.episodes(run_id)]
     tmp = _atomic_target(path)
     writer: pq.ParquetWriter | None = None
     schema: pa.Schema | None = None
     n = 0
     try:
         # One pass even when there are no episodes, to write a typed empty file.
-        for start in range(0, max(len(ids), 1), batch_size):
-            chunk = ids[start:start + batch_size]
-            table = store.arrow(_PARQUET_SQL, [chunk, chunk])
+        for start in range(0, max(len(keys), 1), batch_size):
+            chunk = keys[start:start + batch_size]
+            table = store.arrow(_PARQUET_SQL, [[k[0] for k in chunk], [k[1] for k in chunk]])
             if schema is None:
                 schema = _parquet_schema(table.schema)
                 writer = pq.ParquetWriter(tmp, schema)
@@ -395,22 +401,27 @@ def _tackroom_version() -> str:
     return __version__
 
 
-def _dir_name(episode_id: str) -> str:
-    """The id as one safe path component (tackroom ids are hex already)."""
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", episode_id)
+def _dir_name(id_: str) -> str:
+    """An id as one safe path component (tackroom episode ids are hex already)."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", id_)
     return name if name.strip(".") else f"_{name}"
 
 
 def export_atif(store: RecordStore, run_id: str | None, out_dir: str | Path) -> int:
-    """Write ``<out_dir>/<episode_id>/trajectory.json`` (ATIF-v1.4) per episode.
+    """Write one ATIF-v1.4 ``trajectory.json`` per episode under ``out_dir``.
 
-    See :func:`episode_to_atif` for the mapping. Returns the number of
-    episodes written.
+    One run (``run_id`` given): ``<out_dir>/<episode_id>/trajectory.json``.
+    Every run (``run_id=None``): ``<out_dir>/<run_id>/<episode_id>/trajectory.json``,
+    because the same episode id recurs in each run of the same grid. The
+    trajectory's ``session_id`` is the episode id either way (its run is in
+    the root ``extra.run_id``). See :func:`episode_to_atif` for the mapping.
+    Returns the number of episodes written.
     """
     out = Path(out_dir)
     n = 0
     for ep in store.iter_episodes(run_id):
-        folder = out / _dir_name(ep.episode_id)
+        base = out if run_id is not None else out / _dir_name(ep.run_id)
+        folder = base / _dir_name(ep.episode_id)
         folder.mkdir(parents=True, exist_ok=True)
         # Compact JSON: an indented dump uses the pure-Python encoder, ~10x slower.
         (folder / "trajectory.json").write_text(_to_json(episode_to_atif(ep)) + "\n",

@@ -5,19 +5,28 @@ reports, exports). Three tables::
 
     runs(run_id PK, created_at, updated_at, finished_at, command, config JSON,
          status, manifest_hash, n_planned)
-    episodes(episode_id PK, run_id, task, suite, harness, harness_hash, policy,
+    episodes(episode_id, run_id, task, suite, harness, harness_hash, policy,
              seed, attempt, sampling JSON, outcome, reward, instruction, error,
              n_turns, prompt_tokens, completion_tokens, parse_errors,
              started_at, ended_at, t_policy, t_env, t_harness, meta JSON,
-             recorded_at)
-    turns(episode_id, idx, messages JSON, raw_text, tool_calls JSON,
+             recorded_at, PK (run_id, episode_id))
+    turns(run_id, episode_id, idx, messages JSON, raw_text, tool_calls JSON,
           parse_error, feedback, actions JSON, action_error, observation,
           reward, prompt_tokens, completion_tokens, token_ids INTEGER[],
           logprobs DOUBLE[], adapter, t_policy, t_env, t_harness,
-          PK (episode_id, idx))
+          PK (run_id, episode_id, idx))
 
 plus ``meta(schema_version, created_at, tackroom_version)``. Times are Unix
 seconds (``DOUBLE``), like the times on :class:`~tackroom.core.episode.Episode`.
+
+An episode record is keyed by ``(run_id, episode_id)``. The episode id is
+deterministic from the grid cell (task, harness hash, policy, sampling, seed,
+attempt) and leaves the run out on purpose, so that the same cell in two runs
+has the same id and runs can be compared cell by cell; the runs' records stay
+independent. Join ``turns`` to ``episodes`` on both columns. Lookups by id
+(:meth:`RecordStore.load_episode`, :meth:`RecordStore.turns`) take an optional
+``run_id``; without it an id found in several runs means the most recent run's
+record.
 
 Writes are *group-committed*: :meth:`RecordStore.append` queues the episode
 and a background flusher commits everything queued at most
@@ -61,7 +70,7 @@ __all__ = ["RecordStore", "scrub", "SCHEMA_VERSION", "DEFAULT_PATH", "RUN_STATUS
 
 #: Version of the table layout this code writes. Bump it and add a migration
 #: to ``_MIGRATIONS`` whenever a table changes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Where ``tackroom`` keeps its records unless told otherwise.
 DEFAULT_PATH = "./tackroom-runs/tackroom.duckdb"
@@ -199,7 +208,7 @@ _RUN_COLUMNS: list[tuple[str, str]] = [
 
 # (column, SQL type, arrow type) for the two tables written by ``append``.
 _EPISODE_COLUMNS: list[tuple[str, str, pa.DataType]] = [
-    ("episode_id", "TEXT PRIMARY KEY", pa.string()),
+    ("episode_id", "TEXT NOT NULL", pa.string()),
     ("run_id", "TEXT NOT NULL", pa.string()),
     ("task", "TEXT NOT NULL", pa.string()),
     ("suite", "TEXT", pa.string()),
@@ -227,6 +236,7 @@ _EPISODE_COLUMNS: list[tuple[str, str, pa.DataType]] = [
 ]
 
 _TURN_COLUMNS: list[tuple[str, str, pa.DataType]] = [
+    ("run_id", "TEXT NOT NULL", pa.string()),
     ("episode_id", "TEXT NOT NULL", pa.string()),
     ("idx", "INTEGER NOT NULL", pa.int32()),
     ("messages", "JSON", pa.string()),
@@ -269,14 +279,50 @@ def _create_sql() -> list[str]:
         "CREATE TABLE meta (schema_version INTEGER NOT NULL, created_at DOUBLE, "
         "tackroom_version TEXT)",
         f"CREATE TABLE runs (\n  {cols(_RUN_COLUMNS)}\n)",
-        f"CREATE TABLE episodes (\n  {cols((n, s) for n, s, _ in _EPISODE_COLUMNS)}\n)",
+        f"CREATE TABLE episodes (\n  {cols((n, s) for n, s, _ in _EPISODE_COLUMNS)},\n"
+        "  PRIMARY KEY (run_id, episode_id)\n)",
         f"CREATE TABLE turns (\n  {cols((n, s) for n, s, _ in _TURN_COLUMNS)},\n"
-        "  PRIMARY KEY (episode_id, idx)\n)",
+        "  PRIMARY KEY (run_id, episode_id, idx)\n)",
     ]
 
 
+# Version 1 keyed episodes by ``episode_id`` alone (turns by ``(episode_id,
+# idx)``), so a second run over the same grid replaced the first run's
+# episodes. Version 2 keys them by ``(run_id, episode_id)`` and gives turns a
+# ``run_id``. DuckDB cannot change a primary key in place, so the two tables
+# are rebuilt and copied. The DDL is frozen here as version 2 had it: a later
+# version's migration starts from exactly this. (Turns without an episode,
+# which version 1 never wrote, have no run to take and are dropped.)
+_V1_TO_V2 = [
+    """CREATE TABLE episodes_v2 (
+  episode_id TEXT NOT NULL, run_id TEXT NOT NULL, task TEXT NOT NULL, suite TEXT,
+  harness TEXT, harness_hash TEXT, policy TEXT, seed BIGINT, attempt INTEGER,
+  sampling JSON, outcome TEXT NOT NULL, reward DOUBLE, instruction TEXT, error TEXT,
+  n_turns INTEGER, prompt_tokens BIGINT, completion_tokens BIGINT, parse_errors INTEGER,
+  started_at DOUBLE, ended_at DOUBLE, t_policy DOUBLE, t_env DOUBLE, t_harness DOUBLE,
+  meta JSON, recorded_at DOUBLE,
+  PRIMARY KEY (run_id, episode_id)
+)""",
+    "INSERT INTO episodes_v2 BY NAME SELECT * FROM episodes",
+    """CREATE TABLE turns_v2 (
+  run_id TEXT NOT NULL, episode_id TEXT NOT NULL, idx INTEGER NOT NULL, messages JSON,
+  raw_text TEXT, tool_calls JSON, parse_error TEXT, feedback TEXT, actions JSON,
+  action_error TEXT, observation TEXT, reward DOUBLE, prompt_tokens INTEGER,
+  completion_tokens INTEGER, token_ids INTEGER[], logprobs DOUBLE[], adapter TEXT,
+  t_policy DOUBLE, t_env DOUBLE, t_harness DOUBLE,
+  PRIMARY KEY (run_id, episode_id, idx)
+)""",
+    "INSERT INTO turns_v2 BY NAME "
+    "SELECT e.run_id, t.* FROM turns t JOIN episodes e USING (episode_id)",
+    "DROP TABLE turns",
+    "DROP TABLE episodes",
+    "ALTER TABLE episodes_v2 RENAME TO episodes",
+    "ALTER TABLE turns_v2 RENAME TO turns",
+]
+
 #: ``_MIGRATIONS[v]`` turns a version-``v`` store into a version-``v+1`` one.
-_MIGRATIONS: dict[int, list[str]] = {}
+#: The steps run in one transaction with the ``meta`` update.
+_MIGRATIONS: dict[int, list[str]] = {1: _V1_TO_V2}
 
 
 # ---------------------------------------------------------------------------
@@ -387,8 +433,9 @@ def _episode_row(ep: Episode, now: float) -> dict[str, Any]:
     }
 
 
-def _turn_row(episode_id: str, turn: Turn) -> dict[str, Any]:
+def _turn_row(run_id: str, episode_id: str, turn: Turn) -> dict[str, Any]:
     return {
+        "run_id": run_id,
         "episode_id": episode_id,
         "idx": int(turn.index),
         "messages": _scrubbed_json(turn.messages),
@@ -527,7 +574,8 @@ class RecordStore:
         # never waits for a commit in progress.
         self._db_lock = threading.RLock()
         self._cond = threading.Condition(threading.Lock())
-        self._pending: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        # Queued episodes by ``(run_id, episode_id)``, the tables' key.
+        self._pending: dict[tuple[str, str], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self._pending_since = 0.0
         self._flush_error: BaseException | None = None
         self._flusher: threading.Thread | None = None
@@ -772,9 +820,10 @@ class RecordStore:
 
         Call :meth:`start_run` first so that :meth:`runs` lists its run.
 
-        An episode with an id already in the store replaces the old one (its
-        turns too), in the same transaction, so a retried episode never
-        duplicates. Secrets are scrubbed first. The episode is committed
+        An episode with the same ``(run_id, episode_id)`` as one already in
+        the store replaces the old one (its turns too), in the same
+        transaction, so a retried episode never duplicates; the same episode
+        id in another run is another record and is left alone. Secrets are scrubbed first. The episode is committed
         within ``commit_interval`` seconds (before returning when it is 0).
         """
         self.append_many([episode])
@@ -785,7 +834,8 @@ class RecordStore:
         now = time.time()
         # Convert (and so validate) here, in the caller's thread, so that bad
         # data fails this call rather than a later background commit.
-        rows = [(_episode_row(ep, now), [_turn_row(ep.episode_id, t) for t in ep.turns])
+        rows = [(_episode_row(ep, now),
+                 [_turn_row(ep.run_id, ep.episode_id, t) for t in ep.turns])
                 for ep in episodes]
         with self._cond:
             if self._closing:
@@ -793,8 +843,9 @@ class RecordStore:
             if not self._pending:
                 self._pending_since = time.monotonic()
             for ep_row, turn_rows in rows:
-                self._pending.pop(ep_row["episode_id"], None)  # the newest write wins
-                self._pending[ep_row["episode_id"]] = (ep_row, turn_rows)
+                key = (ep_row["run_id"], ep_row["episode_id"])
+                self._pending.pop(key, None)  # the newest write wins
+                self._pending[key] = (ep_row, turn_rows)
             now_please = self.commit_interval <= 0 or len(self._pending) >= self.max_pending
             if not now_please:
                 self._start_flusher()
@@ -805,21 +856,29 @@ class RecordStore:
         if now_please:
             self.flush()
 
-    def delete_episodes(self, episode_ids: Iterable[str]) -> int:
-        """Delete episodes (and their turns); returns how many existed."""
+    def delete_episodes(self, episode_ids: Iterable[str], run_id: str | None = None) -> int:
+        """Delete episodes (and their turns) by full id; returns how many records existed.
+
+        With ``run_id`` only that run's records go; without it, the ids'
+        records in every run (so the count may exceed ``len(episode_ids)``).
+        """
         self._writable()
         ids = list(episode_ids)
         if not ids:
             return 0
+        where = "list_contains(?, episode_id)"
+        params: list[Any] = [ids]
+        if run_id is not None:
+            where += " AND run_id = ?"
+            params.append(run_id)
         with self._db_lock:
             self._flush_locked()
             con = self._db()
             con.begin()
             try:
-                n = _one(con.execute(
-                    "SELECT count(*) FROM episodes WHERE list_contains(?, episode_id)", [ids]))[0]
-                con.execute("DELETE FROM turns WHERE list_contains(?, episode_id)", [ids])
-                con.execute("DELETE FROM episodes WHERE list_contains(?, episode_id)", [ids])
+                n = _one(con.execute(f"SELECT count(*) FROM episodes WHERE {where}", params))[0]
+                con.execute(f"DELETE FROM turns WHERE {where}", params)
+                con.execute(f"DELETE FROM episodes WHERE {where}", params)
                 con.commit()
             except BaseException:
                 con.rollback()
@@ -913,10 +972,9 @@ class RecordStore:
         con.begin()
         try:
             if replace:
-                con.execute("DELETE FROM turns WHERE episode_id IN "
-                            "(SELECT episode_id FROM _tackroom_new_episodes)")
-                con.execute("DELETE FROM episodes WHERE episode_id IN "
-                            "(SELECT episode_id FROM _tackroom_new_episodes)")
+                for table in ("turns", "episodes"):
+                    con.execute(f"DELETE FROM {table} o USING _tackroom_new_episodes n "
+                                "WHERE o.run_id = n.run_id AND o.episode_id = n.episode_id")
             con.execute("INSERT INTO episodes BY NAME SELECT * FROM _tackroom_new_episodes")
             con.execute("INSERT INTO turns BY NAME SELECT * FROM _tackroom_new_turns")
             con.commit()
@@ -955,7 +1013,7 @@ class RecordStore:
         in the table (see the module docstring).
         """
         where, params = _where(run_id, filters)
-        sql = f"SELECT * FROM episodes {where} ORDER BY started_at, episode_id"
+        sql = f"SELECT * FROM episodes {where} ORDER BY started_at, episode_id, run_id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         with self._db_lock:
@@ -971,76 +1029,103 @@ class RecordStore:
             row = _one(self._db().execute(f"SELECT count(*) FROM episodes {where}", params))
         return int(row[0]) if row else 0
 
-    def resolve_episode_id(self, episode_id_or_prefix: str) -> str:
+    def resolve_episode_id(self, episode_id_or_prefix: str, run_id: str | None = None) -> str:
         """The full id of the one episode whose id starts with the argument.
 
+        With ``run_id`` only that run's episodes are searched. Without it, the
+        same id recorded in several runs counts once (see :meth:`load_episode`
+        for which record it means).
+
         Raises:
-            RecordStoreError: no episode, or several, match.
+            RecordStoreError: no episode matches, or several different ids do.
         """
+        return self._resolve(episode_id_or_prefix, run_id)[0]
+
+    def _resolve(self, episode_id_or_prefix: str, run_id: str | None) -> tuple[str, str]:
+        """``(episode_id, run_id)`` of the record an id or prefix means."""
         key = episode_id_or_prefix.strip()
         with self._db_lock:
             self._flush_locked()
+            # One row per matching id: its record in the most recent run (runs
+            # without a ``runs`` row last, then the latest recorded).
             rows = self._db().execute(
-                "SELECT episode_id FROM episodes WHERE starts_with(episode_id, ?) "
-                "ORDER BY episode_id LIMIT 3", [key]).fetchall()
+                "SELECT e.episode_id, e.run_id FROM episodes e LEFT JOIN runs r USING (run_id) "
+                "WHERE starts_with(e.episode_id, ?) AND (?::VARCHAR IS NULL OR e.run_id = ?) "
+                "QUALIFY row_number() OVER (PARTITION BY e.episode_id ORDER BY "
+                "r.created_at DESC NULLS LAST, e.recorded_at DESC, e.run_id DESC) = 1 "
+                "ORDER BY e.episode_id LIMIT 3", [key, run_id, run_id]).fetchall()
         if not key or not rows:
-            raise RecordStoreError(f"no episode with id {key!r}", str(self.path),
+            where = f" in run {run_id!r}" if run_id is not None else ""
+            raise RecordStoreError(f"no episode with id {key!r}{where}", str(self.path),
                                    "list episode ids with `tackroom show` or store.episodes()")
-        exact = [r[0] for r in rows if r[0] == key]
+        exact = [r for r in rows if r[0] == key]
         if exact:
             return exact[0]
         if len(rows) > 1:
             shown = ", ".join(r[0] for r in rows[:2])
             raise RecordStoreError(f"episode id prefix {key!r} is ambiguous ({shown}, ...)",
                                    str(self.path), "give more characters of the id")
-        return rows[0][0]
+        return rows[0]
 
-    def load_episode(self, episode_id: str) -> Episode:
+    def load_episode(self, episode_id: str, run_id: str | None = None) -> Episode:
         """The full :class:`Episode` with its turns; ``episode_id`` may be a unique prefix.
 
+        With ``run_id``, the episode recorded in that run. Without it, an id
+        recorded in several runs means the record of the most recent run (by
+        ``runs.created_at``); the returned episode's ``run_id`` says which.
+
         Raises:
-            RecordStoreError: no episode, or several, match.
+            RecordStoreError: no episode matches, or several different ids do.
         """
-        full = self.resolve_episode_id(episode_id)
         with self._db_lock:
-            con = self._db()
-            row = _fetch_dicts(con.execute("SELECT * FROM episodes WHERE episode_id = ?",
-                                           [full]))[0]
-            turns = self._turn_rows([full])
+            full, rid = self._resolve(episode_id, run_id)
+            row = _fetch_dicts(self._db().execute(
+                "SELECT * FROM episodes WHERE run_id = ? AND episode_id = ?", [rid, full]))[0]
+            turns = self._turn_rows([(rid, full)])
         return _episode_from_row(row, [_turn_from_row(t) for t in turns])
 
-    def turns(self, episode_id: str) -> list[Turn]:
-        """The turns of one episode (id or unique prefix), in order."""
-        full = self.resolve_episode_id(episode_id)
+    def turns(self, episode_id: str, run_id: str | None = None) -> list[Turn]:
+        """The turns of one episode (id or unique prefix), in order.
+
+        ``run_id`` picks the run as in :meth:`load_episode`.
+        """
         with self._db_lock:
-            return [_turn_from_row(t) for t in self._turn_rows([full])]
+            full, rid = self._resolve(episode_id, run_id)
+            return [_turn_from_row(t) for t in self._turn_rows([(rid, full)])]
 
     def iter_episodes(self, run_id: str | None = None, *, batch_size: int = 256,
                       **filters: Any) -> Iterator[Episode]:
         """Full episodes (with turns), oldest first, read ``batch_size`` at a time.
 
         Same filters as :meth:`episodes`. Memory stays bounded by one batch,
-        so this is the way to walk a large run (exports, training data).
+        so this is the way to walk a large run (exports, training data). With
+        ``run_id=None`` an id recorded in several runs comes once per run.
         """
         rows = self.episodes(run_id, **filters)
         for start in range(0, len(rows), batch_size):
             chunk = rows[start:start + batch_size]
             with self._db_lock:
-                turn_rows = self._turn_rows([r["episode_id"] for r in chunk])
-            by_episode: dict[str, list[Turn]] = {}
+                turn_rows = self._turn_rows([(r["run_id"], r["episode_id"]) for r in chunk])
+            by_episode: dict[tuple[str, str], list[Turn]] = {}
             for t in turn_rows:
-                by_episode.setdefault(t["episode_id"], []).append(_turn_from_row(t))
+                by_episode.setdefault((t["run_id"], t["episode_id"]), []).append(
+                    _turn_from_row(t))
             for r in chunk:
-                yield _episode_from_row(r, by_episode.get(r["episode_id"], []))
+                yield _episode_from_row(r, by_episode.get((r["run_id"], r["episode_id"]), []))
 
-    def _turn_rows(self, episode_ids: list[str]) -> list[dict[str, Any]]:
+    def _turn_rows(self, keys: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        """Turn rows of the ``(run_id, episode_id)`` records, by record then index."""
         con = self._db()
-        if len(episode_ids) == 1:
-            cur = con.execute("SELECT * FROM turns WHERE episode_id = ? ORDER BY idx",
-                              episode_ids)
+        if len(keys) == 1:
+            cur = con.execute("SELECT * FROM turns WHERE run_id = ? AND episode_id = ? "
+                              "ORDER BY idx", list(keys[0]))
         else:
-            cur = con.execute("SELECT * FROM turns WHERE list_contains(?, episode_id) "
-                              "ORDER BY episode_id, idx", [episode_ids])
+            cur = con.execute(
+                "WITH k AS (SELECT unnest(?::VARCHAR[]) AS run_id, "
+                "unnest(?::VARCHAR[]) AS episode_id) "
+                "SELECT t.* FROM turns t JOIN k USING (run_id, episode_id) "
+                "ORDER BY t.run_id, t.episode_id, t.idx",
+                [[k[0] for k in keys], [k[1] for k in keys]])
         return _fetch_dicts(cur)
 
     def query(self, sql: str, params: list[Any] | Mapping[str, Any] | None = None
