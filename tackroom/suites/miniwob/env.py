@@ -10,8 +10,9 @@ pages — and changes only three things, each narrowly, by subclassing:
   ``disable-gpu`` and ``no-sandbox``. Offline and as root Chrome also wants
   no background networking, component updates, sync or first-run work, a
   fixed window and ``/dev/shm``-free shared memory. Chromedriver is started in
-  its own process group so that :meth:`MiniWoBEnv.close` (and the ``atexit``
-  hook) can kill every process of that browser, and nothing else.
+  its own process group so that :meth:`MiniWoBEnv.close` (or a finalizer at
+  garbage collection or interpreter exit) can kill every process of that
+  browser, and nothing else.
 * **One round trip per observation.** Each WebDriver call costs several
   milliseconds; miniwob's ``get_observation`` makes two (utterance, DOM) and
   we would need a third for the HTML. :class:`_Instance` fetches all three
@@ -28,7 +29,6 @@ the harness's wall budget, not the page, decides when an episode is over.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
@@ -36,7 +36,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.parse
 import weakref
@@ -120,20 +119,25 @@ BROWSER_ERRORS: tuple[type[BaseException], ...] = (
     TimeoutError,
 )
 
-_LIVE: weakref.WeakSet[MiniWoBEnv] = weakref.WeakSet()
-_LIVE_LOCK = threading.Lock()
 
+def _reap(leftovers: dict[str, Any]) -> None:
+    """Kill a browser's process group and delete its directory.
 
-def _close_all_at_exit() -> None:
-    """Kill every browser still open when the interpreter exits: no leaked Chrome."""
-    with _LIVE_LOCK:
-        envs = list(_LIVE)
-    for env in envs:
-        with contextlib.suppress(Exception):
-            env.close(quick=True)
-
-
-atexit.register(_close_all_at_exit)
+    Runs from :meth:`_Instance.kill`, or through ``weakref.finalize`` when an
+    instance is garbage-collected or the interpreter exits without closing it,
+    so no Chrome outlives the process that started it. Holds no reference to
+    the instance.
+    """
+    pgid = leftovers.pop("pgid", None)
+    if pgid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    path = leftovers.pop("dir", None)
+    for _ in range(20 if path else 0):  # processes killed a moment ago may still write
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            break
+        time.sleep(0.05)
 
 
 def task_url(task_id: str) -> str:
@@ -162,7 +166,6 @@ class _Instance(SeleniumInstance):
     last_utterance: str = ""
 
     pgid: int | None = None
-    profile_dir: str | None = None
 
     def create_driver(self) -> None:
         """miniwob's ``create_driver`` plus the flags, process group and timeouts we need."""
@@ -170,9 +173,15 @@ class _Instance(SeleniumInstance):
         options = webdriver.ChromeOptions()
         for flag in CHROME_FLAGS:
             options.add_argument(flag)
-        # Our own profile directory, so that it can be removed even after a crash.
-        self.profile_dir = tempfile.mkdtemp(prefix="tackroom-chrome-")
-        options.add_argument(f"--user-data-dir={self.profile_dir}")
+        # One temporary directory per browser holds its profile and, through
+        # TMPDIR, every scratch file chromedriver and Chrome make; removing it
+        # leaves nothing behind even after a crash.
+        base = tempfile.mkdtemp(prefix="tackroom-chrome-")
+        self._leftovers: dict[str, Any] = {"dir": base}
+        self._finalizer = weakref.finalize(self, _reap, self._leftovers)
+        scratch = os.path.join(base, "tmp")
+        os.mkdir(scratch)
+        options.add_argument(f"--user-data-dir={os.path.join(base, 'profile')}")
         binary = os.environ.get("MINIWOB_CHROME_BINARY")
         driver_path = os.environ.get("MINIWOB_CHROMEDRIVER")
         if binary:
@@ -180,15 +189,17 @@ class _Instance(SeleniumInstance):
         # start_new_session: chromedriver leads a new process group that its
         # Chrome children join, so kill() can end the whole browser by pgid.
         service = ChromeService(executable_path=driver_path, log_output=subprocess.DEVNULL,
+                                env={**os.environ, "TMPDIR": scratch},
                                 popen_kw={"start_new_session": True})
         try:
             self.driver = webdriver.Chrome(service=service, options=options)
         except BaseException:
             proc = getattr(service, "process", None)
-            self.pgid = proc.pid if proc is not None else None
-            self.kill(graceful=False)
+            if proc is not None:
+                self._leftovers["pgid"] = proc.pid
+            self._finalizer()
             raise
-        self.pgid = self.driver.service.process.pid
+        self.pgid = self._leftovers["pgid"] = self.driver.service.process.pid
         try:
             with contextlib.suppress(AttributeError):  # private in selenium; best effort
                 self.driver.command_executor._client_config.timeout = COMMAND_TIMEOUT_S
@@ -206,22 +217,13 @@ class _Instance(SeleniumInstance):
         if graceful and driver is not None:
             with contextlib.suppress(Exception):
                 driver.quit()
-        if self.pgid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pgid, signal.SIGKILL)
-            self.pgid = None
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
         if driver is not None:
             with contextlib.suppress(Exception):
                 driver.service.stop()  # reaps the chromedriver child
-        if self.profile_dir:
-            # A killed Chrome leaves its singleton-socket directory in /tmp;
-            # the profile's SingletonSocket link says which one.
-            with contextlib.suppress(OSError):
-                sock = os.readlink(os.path.join(self.profile_dir, "SingletonSocket"))
-                if os.path.basename(os.path.dirname(sock)).startswith("org.chromium."):
-                    shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
-            shutil.rmtree(self.profile_dir, ignore_errors=True)
-            self.profile_dir = None
+        self.pgid = None
         self.died = True
 
     def close(self) -> None:
@@ -332,8 +334,6 @@ class MiniWoBEnv:
         self._refs: dict[int, Element] = {}
         self._instruction = ""
         self._done = True
-        with _LIVE_LOCK:
-            _LIVE.add(self)
 
     # -- browser lifecycle ---------------------------------------------------
 
@@ -404,8 +404,6 @@ class MiniWoBEnv:
         """Kill the browser (``quick``: without asking Chrome to quit first). Idempotent."""
         self.closed = True
         self._kill(graceful=not quick)
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
 
     # -- the Environment contract -------------------------------------------
 
@@ -427,7 +425,7 @@ class MiniWoBEnv:
                 log.warning("MiniWoB++ browser failed at reset (%s); restarting", _short(exc))
         self.episodes += 1
         self._done = False
-        self._instruction = obs["utterance"]
+        self._instruction = self._gym.instance.last_utterance
         return self._observation(info["root_dom"])
 
     def step(self, action: Action) -> StepResult:

@@ -13,6 +13,7 @@ single action and ``state`` remembers what was done.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -28,11 +29,24 @@ EXPERTS: dict[str, ExpertFn] = {}
 
 
 def expert(*task_ids: str) -> Callable[[ExpertFn], ExpertFn]:
-    """Register ``fn`` as the expert of ``task_ids``."""
+    """Register ``fn`` as the expert of ``task_ids``.
+
+    The registered expert never raises: on a page it cannot read (say, after
+    a harness mangled an action) it returns ``[]`` and leaves the reason in
+    ``state["expert_error"]``.
+    """
 
     def register(fn: ExpertFn) -> ExpertFn:
+        @functools.wraps(fn)
+        def safe(obs: Observation, state: dict[str, Any]) -> list[Action]:
+            try:
+                return fn(obs, state)
+            except (LookupError, ValueError, AttributeError, TypeError) as exc:
+                state["expert_error"] = f"{type(exc).__name__}: {exc}"
+                return []
+
         for task_id in task_ids:
-            EXPERTS[task_id] = fn
+            EXPERTS[task_id] = safe
         return fn
 
     return register
@@ -484,9 +498,14 @@ def enter_date(obs: Observation, state: dict[str, Any]) -> list[Action]:
     submit = submit_button(obs)
     if box.value == f"{yyyy}-{mm}-{dd}":
         return [Click(submit.ref)]
-    # Chrome's date field is three segments (mm/dd/yyyy) that take digits in
-    # turn. A click may land on any segment, so go to the first one with the
-    # arrow key, then type the digits one key at a time.
+    if not state.get("typed"):
+        # Chrome's date field is three segments (mm/dd/yyyy) that take the
+        # digits in turn, starting from the focused one.
+        state["typed"] = True
+        return [Type(box.ref, mm + dd + yyyy)]
+    # Typing did not give the date: the click focused a later segment (as a
+    # click at the field's centre does). Go to the first segment with the
+    # arrow key and type the digits one key at a time.
     plan = script(state, lambda: [Click(box.ref), Press("<ArrowLeft>"), Press("<ArrowLeft>"),
                                   *(Press(c) for c in mm + dd + yyyy), Click(submit.ref)])
     return plan or [Click(submit.ref)]
@@ -591,12 +610,10 @@ def run_expert(env: Any, fn: ExpertFn, seed: int, *, first_only: bool = True,
     state: dict[str, Any] = {}
     steps = 0
     while steps < max_steps:
-        try:
-            plan = fn(obs, state)
-        except (LookupError, ValueError, AttributeError, KeyError, IndexError) as exc:
-            return {"success": False, "reward": 0.0, "steps": steps, "error": f"expert: {exc}"}
+        plan = fn(obs, state)
         if not plan:
-            return {"success": False, "reward": 0.0, "steps": steps, "error": "empty plan"}
+            return {"success": False, "reward": 0.0, "steps": steps,
+                    "error": f"expert gave up: {state.get('expert_error', 'empty plan')}"}
         for action in plan[:1] if first_only else plan:
             for concrete in as_coordinates(action, obs) if coords else [action]:
                 try:

@@ -106,7 +106,7 @@ form-sequence-2 | ct | choose a radio button and type a number into a box
 form-sequence-3 | c | choose from a styled drop-down, then click a button
 generate-number | c | generate numbers until one meets a condition, then submit
 grid-coordinate | c* | click the given coordinate on a grid
-guess-number | ct | guess a number from higher/lower hints
+guess-number | ctp | guess a number from higher/lower hints (clearing a guess needs keys)
 highlight-text | cd | select the text of a paragraph and submit
 highlight-text-2 | cd | select the text of the n-th paragraph and submit
 identify-shape | c | click the button that names the drawn figure
