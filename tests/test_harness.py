@@ -136,7 +136,7 @@ def test_expert_encoding_round_trips_through_each_harness_parser(name):
             if isinstance(action, Click):
                 assert parsed.actions == [ClickAt(30.0, 30.0)]
             elif isinstance(action, Type):
-                assert parsed.actions == [ClickAt(60.0, 70.0), TypeText('say "hi"')]
+                assert parsed.actions == [ClickAt(20.0, 70.0), TypeText('say "hi"')]
             else:
                 assert parsed.actions == [action]
         else:
@@ -220,7 +220,7 @@ def test_budget_and_skills_reach_the_model(tmp_path):
     s = HarnessSession(load_harness(str(p)), "t")
     assert "## Skill: forms" in s.messages()[0]["content"]
     line = s.budget_line(2, 300, 42.0)
-    assert "turn 3 of 12" in line and "700 tokens left" in line and "42 s left" in line
+    assert "turn 3 of 24" in line and "700 tokens left" in line and "42 s left" in line
     quiet = write(tmp_path, "quiet", 'extends = "som-tools"\nbudget.state_to_model = false\n')
     assert HarnessSession(load_harness(str(quiet)), "t").budget_line(0, 0, 1.0) == ""
 

@@ -181,6 +181,9 @@ class CoordinateInterface(ActionInterface):
             x, y = (round(v, 1) for v in el.center)
             if isinstance(action, Click):
                 return [Call("click", {"x": x, "y": y})]
+            # To type, click near the field's left edge, as a person does: the
+            # centre of a date or number field is a later segment or a spin button.
+            x = round(el.left + min(10.0, el.width / 2), 1)
             return [Call("type", {"x": x, "y": y, "text": action.text})]
         if isinstance(action, Press):
             return [Call("press", {"key": action.key})]
