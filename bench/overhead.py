@@ -66,7 +66,7 @@ def toy_section(seeds: int, repeats: int) -> None:
     seed_list = list(range(seeds))
     print(f"\n== toy suite: {len(tasks)} tasks × {seeds} seeds, expert policy, 1 at a time ==")
     bare, ours, ours_db = [], {}, []
-    for r in range(repeats):
+    for _ in range(repeats):
         dt, n = bare_toy(suite, tasks, seed_list)
         bare.append(dt / n)
         for h in ("som-tools", "html-commands", "outline-coords"):
