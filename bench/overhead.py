@@ -133,7 +133,7 @@ def miniwob_section(seeds: int, task_ids: list[str]) -> None:
     print(f"bare miniwob + gymnasium: {n / t_bare:6.2f} episodes/s  ({bare_ok}/{n} success)")
     print(f"tackroom (som-tools):     {n / ours:6.2f} episodes/s  ({ok}/{n} success)")
     print(f"ratio tackroom / bare:    {t_bare / ours:6.2f}   (target ≥ 0.9; the bare loop "
-          "excludes browser start-up, which tackroom's pool pays once)")
+          "excludes browser start-up; tackroom's time includes starting its pool)")
 
 
 def main() -> None:

@@ -30,8 +30,10 @@ from tackroom.core.errors import ConfigError, TackroomError, TaskNotFound
 from tackroom.core.policy import Sampling
 from tackroom.core.task import Suite, Task
 
-console = Console()
-err_console = Console(stderr=True)
+# Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
+_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
+console = Console(width=_WIDTH)
+err_console = Console(stderr=True, width=_WIDTH)
 
 DEFAULT_DB = os.environ.get("TACKROOM_DB", "./tackroom-runs/tackroom.duckdb")
 

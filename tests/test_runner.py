@@ -37,6 +37,16 @@ class Scripted:
         return None
 
 
+class ListStore:
+    """Collects what the runner writes, in order (the DuckDB store is tested on its own)."""
+
+    def __init__(self) -> None:
+        self.episodes: list = []
+
+    def append_many(self, eps) -> None:
+        self.episodes.extend(eps)
+
+
 def harness(tmp_path: Path, base: str, extra: str = ""):
     p = tmp_path / f"h{abs(hash(extra)) % 10**6}.toml"
     p.write_text(f'extends = "{base}"\n{extra}')
@@ -153,15 +163,11 @@ def test_infra_error_is_recorded_apart_and_retried_as_a_new_attempt():
             raise InfraError("model server at http://127.0.0.1:1/v1 unreachable")
         return req.view.encode(req.view.expert(req.view.observation, req.view.state))
 
-    written = []
-
-    class Store:
-        def append_many(self, eps):
-            written.extend(eps)
-
+    store = ListStore()
+    written = store.episodes
     plan = plan_grid([TASKS["click-button"]], [load_harness("som-tools")],
                      [Scripted(flaky)], [0], Sampling())
-    (final,) = run(plan.cells, concurrency=1, store=Store())
+    (final,) = run(plan.cells, concurrency=1, store=store)
     assert [e.outcome for e in written] == [Outcome.INFRA_ERROR, Outcome.SUCCESS]
     assert [e.attempt for e in written] == [0, 1]
     assert written[0].episode_id != written[1].episode_id
@@ -179,16 +185,12 @@ def test_policy_error_stops_the_run_and_keeps_finished_episodes():
                               "check OPENAI_API_KEY")
         return req.view.encode(req.view.expert(req.view.observation, req.view.state))
 
-    written = []
-
-    class Store:
-        def append_many(self, eps):
-            written.extend(eps)
-
+    store = ListStore()
+    written = store.episodes
     plan = plan_grid([TASKS["click-button"]], [load_harness("som-tools")],
                      [Scripted(bad_key)], range(10), Sampling())
     with pytest.raises(PolicyError, match="API key"):
-        run(plan.cells, concurrency=1, store=Store())
+        run(plan.cells, concurrency=1, store=store)
     assert [e.outcome for e in written] == [Outcome.SUCCESS] * 2 + [Outcome.INFRA_ERROR]
 
 
