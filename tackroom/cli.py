@@ -342,7 +342,28 @@ def _print_results(store, run_id: str, harnesses: list[str], policies: list[str]
         for p in sorted({r["policy"] for r in rows}):
             console.print(task_matrix(rows, harnesses, p, pairs))
     console.print(summary_table(rows, inexpressible=inexpressible or None))
+    _print_infra_errors(rows, run_id)
     console.print(f"records: {store.path} (run {run_id})")
+
+
+def _print_infra_errors(rows: list[dict[str, Any]], run_id: str) -> None:
+    """One line per distinct infrastructure failure, so a crash is visible without digging."""
+    seen: dict[str, int] = {}
+    for r in rows:
+        if r["outcome"] == "infra_error":
+            first = (r.get("error") or "unknown infrastructure error").splitlines()[0]
+            seen[first] = seen.get(first, 0) + 1
+    for line, n in list(seen.items())[:5]:
+        err_console.print(f"[magenta]infra error[/magenta] ×{n}: {escape(line)}", soft_wrap=True)
+    from tackroom.analysis.summary import final_attempts
+
+    left = sum(1 for r in final_attempts(rows) if r["outcome"] == "infra_error")
+    if left:
+        err_console.print(f"[dim]{left} episode(s) still infra-failed after a retry; they are "
+                          f"recorded apart — re-run them with: tackroom eval --resume {run_id}"
+                          "[/dim]", soft_wrap=True)
+    elif seen:
+        err_console.print("[dim]each was retried as a new attempt and finished[/dim]")
 
 
 # -- runs / show / export ----------------------------------------------------------------------

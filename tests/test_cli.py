@@ -188,3 +188,20 @@ def test_replay_re_emits_recorded_outputs(tmp_path):
         other = [r for r in replayed if r["harness"] == "html-commands"]
         assert other and all(r["outcome"] != "success" for r in other)
         assert all(r["parse_errors"] >= 1 for r in other)
+
+
+def test_resume_refuses_a_harness_that_changed_since_the_run(tmp_path):
+    db = str(tmp_path / "r.duckdb")
+    (tmp_path / "harnesses").mkdir()
+    h = tmp_path / "harnesses" / "mine.toml"
+    h.write_text('extends = "som-tools"\nloop.history = 2\n')
+    first = cli("eval", "--suite", "toy", "--tasks", "click-link", "--harness", "mine",
+                "--seeds", "0-1", "--db", db, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    with RecordStore(db) as store:
+        run_id = store.latest_run_id()
+    again = cli("eval", "--resume", run_id, "--db", db, cwd=tmp_path)
+    assert again.returncode == 0 and "2 already recorded, 0 to run" in again.stdout
+    h.write_text('extends = "som-tools"\nloop.history = 3\n')
+    line = one_line_error(cli("eval", "--resume", run_id, "--db", db, cwd=tmp_path))
+    assert "'mine' changed since the run" in line and "new run" in line
