@@ -86,7 +86,9 @@ class Suite(Protocol):
         """The scripted solver for ``task``, if the suite has one."""
         ...
 
-    def pool(self, size: int) -> EnvironmentPool: ...
+    def pool(self, size: int | None = None) -> EnvironmentPool:
+        """Environments for up to ``size`` concurrent episodes (``None``: the suite's default)."""
+        ...
 
 
 class EnvironmentPool(Protocol):

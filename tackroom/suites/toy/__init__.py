@@ -51,8 +51,9 @@ class ToySuite:
                                f"choose one of: {', '.join(SPECS)}")
         return ToyEnv(spec.task, spec.build, self.max_steps)
 
-    def pool(self, size: int) -> SimplePool:
-        return SimplePool(self.make_env, size)
+    def pool(self, size: int | None = None) -> SimplePool:
+        """In-process environments are cheap: a new one per episode."""
+        return SimplePool(self.make_env, size or 1)
 
 
 def make_suite() -> ToySuite:
