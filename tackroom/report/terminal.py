@@ -59,3 +59,33 @@ def task_matrix(rows: Iterable[dict[str, Any]], harnesses: list[str], policy: st
                 line.append(f"[{colour}]{_pct(s.rate)}[/{colour}] ({s.successes}/{s.n}){infra}")
         table.add_row(*line)
     return table
+
+
+def ceiling_mismatch_table(rows: Iterable[dict[str, Any]],
+                           train_harness: dict[str, str] | None = None) -> Table:
+    """Per harness: its best ceiling estimate (and which estimator), then J and M = C − J per policy."""
+    from tackroom.analysis.ceiling import best_ceiling, ceilings
+    from tackroom.analysis.mismatch import mismatch_return
+
+    rows = list(rows)
+    est = ceilings(rows, train_harness=train_harness)
+    best = {h: best_ceiling(v) for h, v in est.items() if v}
+    mism = mismatch_return(rows, est)
+    table = Table(title="Ceiling and mismatch: J_h(π) = C(h) − M(π, h)", title_justify="left")
+    for col, just in [("harness", "left"), ("ceiling C(h)", "right"), ("estimator", "left"),
+                      ("policy", "left"), ("success J", "right"), ("mismatch M", "right"),
+                      ("M 95% CI", "right")]:
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for h, c in best.items():
+        ms = [m for m in mism if m.harness == h]
+        first = True
+        for m in ms or [None]:
+            cells = [h, f"{_pct(c.value)} ({_pct(c.lo)}–{_pct(c.hi)})", c.estimator] if first \
+                else ["", "", ""]
+            first = False
+            if m is None:
+                table.add_row(*cells, "", "", "", "")
+            else:
+                table.add_row(*cells, m.policy, _pct(m.success), f"{100 * m.mismatch:+.0f} pp",
+                              f"{100 * m.lo:+.0f}…{100 * m.hi:+.0f}")
+    return table
