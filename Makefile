@@ -33,10 +33,12 @@ $(STAMP): pyproject.toml
 
 setup: system $(STAMP)
 
-## the main job on embedded defaults: experts across the shipped harnesses on MiniWoB++
+## the main job on embedded defaults: experts across the shipped harnesses on MiniWoB++,
+## then the ceiling/mismatch table and the HTML report
 demo: setup
 	$(VENV)/bin/tackroom eval --suite miniwob --harness som-tools,html-commands,outline-coords \
 	  --policy expert --seeds 0-4
+	$(VENV)/bin/tackroom report latest
 
 ## the whole test suite (lint first)
 test: setup

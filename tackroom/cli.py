@@ -48,7 +48,8 @@ app = typer.Typer(
         "  tackroom eval --suite miniwob --harness som-tools,html-commands,outline-coords "
         "--policy expert --seeds 0-9\n\n"
         "  tackroom eval --suite toy --policy openai:Qwen/Qwen3-8B --base-url http://127.0.0.1:8000/v1\n\n"
-        "  tackroom runs\n\n  tackroom show RUN_ID EPISODE_ID\n\n  tackroom harness list"
+        "  tackroom runs\n\n  tackroom show RUN_ID EPISODE_ID\n\n  tackroom report latest\n\n"
+        "  tackroom harness list"
     ),
 )
 harness_app = typer.Typer(help="Inspect and check harness files.", no_args_is_help=True)
@@ -493,6 +494,54 @@ def export_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")]
                          "atif": f"{run_id}-atif"}[fmt]
         n = writers[fmt](store, run_id, target)
     console.print(f"wrote {n} episodes to {target}")
+
+
+@app.command("report")
+def report_cmd(
+    runs: Annotated[list[str], typer.Argument(help="Run ids ('latest' for the newest).")],
+    out: Annotated[str | None, typer.Option("--out", "-o", help="HTML file to write.")] = None,
+    trained: Annotated[list[str] | None, typer.Option(
+        "--trained", help="POLICY=HARNESS: the harness a policy was trained under "
+        "(enables the transfer matrix). Repeat or comma-separate.")] = None,
+    db: DbOpt = DEFAULT_DB,
+) -> None:
+    """Summarise runs in the terminal and write a self-contained HTML report.
+
+    The report shows success with intervals, each harness's ceiling (and which estimator
+    stands behind it), each policy's mismatch M = C − J, the transfer matrix when
+    training harnesses are given, and an episode browser. It needs no network to view.
+
+    [bold]Examples[/bold]
+
+      tackroom report latest
+
+      tackroom report RUN_A RUN_B --trained hf:ckpt-a=som-tools --out report.html
+    """
+    from tackroom.report.html import build_report
+    from tackroom.report.terminal import ceiling_mismatch_table, summary_table
+
+    train_harness: dict[str, str] = {}
+    for item in _split(trained):
+        policy_id, sep, harness_name = item.rpartition("=")
+        if not sep or not policy_id or not harness_name:
+            raise ConfigError(f"cannot read {item!r}", "--trained", "write POLICY=HARNESS")
+        train_harness[policy_id] = harness_name
+    with _open_store(db) as store:
+        run_ids = []
+        for r in runs:
+            rid = store.latest_run_id() if r == "latest" else r
+            if rid is None or store.run(rid) is None:
+                raise ConfigError(f"no run {r!r}", db, "list runs with `tackroom runs`")
+            run_ids.append(rid)
+        rows = [row for rid in run_ids for row in store.episodes(run_id=rid)]
+        if not rows:
+            raise ConfigError("the run(s) have no episodes yet", db,
+                              "finish them with `tackroom eval --resume RUN`")
+        console.print(summary_table(rows, title="Success by harness × policy"))
+        console.print(ceiling_mismatch_table(rows, train_harness or None))
+        target = Path(out or Path(store.path).parent / f"report-{'+'.join(run_ids)}.html")
+        build_report(store, run_ids, target, train_harness=train_harness or None)
+    console.print(f"[bold]report:[/bold] {target.resolve()}")
 
 
 # -- tasks -----------------------------------------------------------------------------------

@@ -205,3 +205,17 @@ def test_resume_refuses_a_harness_that_changed_since_the_run(tmp_path):
     h.write_text('extends = "som-tools"\nloop.history = 3\n')
     line = one_line_error(cli("eval", "--resume", run_id, "--db", db, cwd=tmp_path))
     assert "'mine' changed since the run" in line and "new run" in line
+
+
+def test_report_prints_ceiling_and_mismatch_and_writes_html(tmp_path):
+    db = str(tmp_path / "r.duckdb")
+    assert cli("eval", "--suite", "toy", "--tasks", "click-*", "--seeds", "0-1", "--db", db,
+               cwd=tmp_path).returncode == 0
+    p = cli("report", "latest", "--db", db, "--out", str(tmp_path / "r.html"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "Ceiling and mismatch" in p.stdout and "expert" in p.stdout
+    assert f"report: {tmp_path / 'r.html'}" in p.stdout
+    html = (tmp_path / "r.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and "<svg" in html
+    line = one_line_error(cli("report", "nope", "--db", db, cwd=tmp_path))
+    assert "no run 'nope'" in line
