@@ -28,7 +28,9 @@ system:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[web,dev]'
+	# torch==2.13.0 is pinned first: it is the CPU wheel; an unpinned torch pulls a CUDA build
+	$(PY) -m pip install -q 'torch==2.13.0'
+	$(PY) -m pip install -q -e '.[web,dev,train]'
 	touch $(STAMP)
 
 setup: system $(STAMP)

@@ -54,6 +54,9 @@ app = typer.Typer(
 )
 harness_app = typer.Typer(help="Inspect and check harness files.", no_args_is_help=True)
 app.add_typer(harness_app, name="harness")
+model_app = typer.Typer(help="Build local models (no network, no model hub).",
+                        no_args_is_help=True)
+app.add_typer(model_app, name="model")
 
 DbOpt = Annotated[str, typer.Option("--db", help="Record store (DuckDB file).")]
 
@@ -644,6 +647,34 @@ def harness_validate(paths: Annotated[list[str], typer.Argument(
             err_console.print(f"[red]invalid[/red] {escape(e.line())}", soft_wrap=True)
     if bad:
         raise typer.Exit(1)
+
+
+@model_app.command("init")
+def model_init(
+    out_dir: Annotated[str, typer.Argument(help="Directory to write the model into.")],
+    arch: Annotated[str, typer.Option(help="qwen2 | llama")] = "qwen2",
+    size: Annotated[str, typer.Option(help="tiny (~1M) | small (~5M) | base (~30M)")] = "tiny",
+    vocab_size: Annotated[int, typer.Option(help="BPE vocabulary size.")] = 4096,
+    seed: Annotated[int, typer.Option(help="Seed for weights and tokenizer.")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing model.")] = False,
+) -> None:
+    """Build a small causal LM and a byte-level BPE tokenizer trained offline on our harness texts.
+
+    Saved with save_pretrained, so transformers, `--policy hf:DIR` and (later)
+    `tackroom serve DIR` load it. Deterministic given the seed.
+
+    [bold]Example[/bold]:  tackroom model init models/tiny --size tiny
+    """
+    from tackroom.models import init_model, read_model_card
+
+    with console.status(f"building a {size} {arch} model in {out_dir}…"):
+        path = init_model(out_dir, arch=arch, size=size, vocab_size=vocab_size, seed=seed,
+                          overwrite=force)
+    card = read_model_card(path) or {}
+    params = card.get("params") or card.get("parameters")
+    console.print(f"[bold]model:[/bold] {path}  ({arch}, {size}"
+                  + (f", {params:,} parameters" if isinstance(params, int) else "") + ")")
+    console.print(f"evaluate it: tackroom eval --suite toy --policy hf:{path}")
 
 
 def main() -> None:

@@ -219,3 +219,13 @@ def test_report_prints_ceiling_and_mismatch_and_writes_html(tmp_path):
     assert html.startswith("<!DOCTYPE html>") and "<svg" in html
     line = one_line_error(cli("report", "nope", "--db", db, cwd=tmp_path))
     assert "no run 'nope'" in line
+
+
+def test_model_init_builds_a_loadable_model(tmp_path):
+    pytest.importorskip("transformers")
+    p = cli("model", "init", str(tmp_path / "m"), "--size", "tiny", cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "1,0" in p.stdout and "parameters" in p.stdout
+    assert (tmp_path / "m" / "tackroom_model.json").is_file()
+    again = cli("model", "init", str(tmp_path / "m"), cwd=tmp_path, timeout=300)
+    assert again.returncode == 2 and "--force" in again.stderr + again.stdout

@@ -7,14 +7,16 @@ from typing import Any
 from tackroom.core.errors import PolicyError
 from tackroom.core.policy import Policy
 
-POLICY_KINDS = ("expert", "openai:MODEL[@BASE_URL]", "replay:RUN_ID[:POLICY]")
+POLICY_KINDS = ("expert", "openai:MODEL[@BASE_URL]", "hf:MODEL_DIR[:ADAPTER_DIR]",
+                "replay:RUN_ID[:POLICY]")
 
 
 def make_policy(spec: str, *, db: str | None = None, **opts: Any) -> Policy:
     """Build a policy from its spec string.
 
     Args:
-        spec: ``expert``; ``openai:MODEL`` (base URL from ``--base-url`` or
+        spec: ``expert``; ``hf:MODEL_DIR`` (a local transformers checkpoint);
+            ``openai:MODEL`` (base URL from ``--base-url`` or
             ``OPENAI_BASE_URL``, key from ``OPENAI_API_KEY``); ``replay:RUN_ID``.
         db: the record store, for ``replay``.
         opts: backend options (``base_url``, ``timeout``, ``max_retries``, ``concurrency``).
@@ -28,6 +30,11 @@ def make_policy(spec: str, *, db: str | None = None, **opts: Any) -> Policy:
         from tackroom.policies.openai_policy import make_openai_policy
 
         return make_openai_policy(spec, **opts)
+    if kind == "hf" and rest:
+        from tackroom.policies.hf_policy import make_hf_policy
+
+        return make_hf_policy(spec, **{k: v for k, v in opts.items() if k not in
+                                       ("base_url", "timeout")})
     if kind == "replay" and rest:
         from tackroom.policies.replay import ReplayPolicy
 

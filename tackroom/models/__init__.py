@@ -1,0 +1,33 @@
+"""Local models: build small causal LMs and their tokenizers offline.
+
+    from tackroom.models import init_model
+    path = init_model("models/tiny", size="tiny", seed=0)
+
+then ``hf:models/tiny`` is a policy (:mod:`tackroom.policies.hf_policy`).
+Imports of torch / transformers happen inside the functions, so importing
+this package is cheap and works without the ``train`` extra.
+"""
+
+from tackroom.models.chat_template import (
+    CHAT_TEMPLATE,
+    IM_END,
+    IM_START,
+    PAD,
+    format_tool_call,
+    parse_tool_calls,
+)
+from tackroom.models.init import (
+    ARCHS,
+    MODEL_CARD,
+    SIZES,
+    default_corpus,
+    init_model,
+    read_model_card,
+    weights_sha256,
+)
+
+__all__ = [
+    "ARCHS", "CHAT_TEMPLATE", "IM_END", "IM_START", "MODEL_CARD", "PAD", "SIZES",
+    "default_corpus", "format_tool_call", "init_model", "parse_tool_calls",
+    "read_model_card", "weights_sha256",
+]

@@ -1,0 +1,175 @@
+"""The chat format of tackroom's local models: ChatML turns, Hermes/Qwen-style tools.
+
+A conversation renders as::
+
+    <|im_start|>system
+    {system prompt}
+
+    # Tools
+    ...
+    <tools>
+    {"type": "function", "function": {...}}
+    </tools>
+    ...<|im_end|>
+    <|im_start|>user
+    {text}<|im_end|>
+    <|im_start|>assistant
+    {text}
+    <tool_call>
+    {"name": "click", "arguments": {"ref": 3}}
+    </tool_call><|im_end|>
+    <|im_start|>tool
+    <tool_response>
+    {result}
+    </tool_response><|im_end|>
+    <|im_start|>assistant
+
+This is the format Qwen2.5 and Hermes models use, so what a tiny tackroom
+model learns transfers to the prompts real open models see, and vLLM's
+``hermes`` tool parser reads its output. Tool results get their own ``tool``
+turn (one per result) rather than Qwen's grouping inside a ``user`` turn: the
+records keep OpenAI's one-message-per-result shape, and so does the prompt.
+
+An assistant turn is wrapped in ``{% generation %}`` so that
+``apply_chat_template(..., return_assistant_tokens_mask=True)`` marks exactly
+the tokens a model wrote (its ``<|im_end|>`` included) — what training needs.
+
+Tool-call arguments are written as given when they are a string (OpenAI's
+convention: the raw JSON the model wrote, malformed or not), and as JSON when
+they are an object, so re-rendering a recorded reply reproduces it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from tackroom.core.policy import ToolCall
+
+PAD = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+#: Control tokens: never produced by splitting text, dropped when decoding.
+SPECIAL_TOKENS = (PAD, IM_START, IM_END)
+#: Single tokens that stay visible in decoded text (the tool-call syntax).
+MARKUP_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
+                 "<tools>", "</tools>")
+
+TOOLS_PREAMBLE = (
+    "# Tools\n\n"
+    "You may call one or more functions. The function signatures are within "
+    "<tools></tools> XML tags:\n<tools>"
+)
+TOOLS_POSTAMBLE = (
+    "\n</tools>\n\n"
+    "To call a function, write a JSON object with the function's name and arguments "
+    "within <tool_call></tool_call> XML tags:\n"
+    "<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n'
+    "</tool_call>"
+)
+
+# Written with explicit string pieces (Qwen's style) so that transformers'
+# trim_blocks / lstrip_blocks settings cannot change the whitespace.
+CHAT_TEMPLATE = (
+    "{%- macro text(c) -%}"
+    "{%- if c is none -%}"
+    "{%- elif c is string -%}{{- c -}}"
+    "{%- else -%}{%- for p in c -%}{%- if p.type == 'text' -%}{{- p.text -}}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{%- endmacro -%}"
+    "{%- if messages and messages[0].role == 'system' -%}"
+    "{%- set system = text(messages[0].content) -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}"
+    "{%- set system = '' -%}"
+    "{%- set loop_messages = messages -%}"
+    "{%- endif -%}"
+    "{%- if system or tools -%}"
+    "{{- '<|im_start|>system\\n' + system -}}"
+    "{%- if tools -%}"
+    "{%- if system -%}{{- '\\n\\n' -}}{%- endif -%}"
+    "{{- " + json.dumps(TOOLS_PREAMBLE) + " -}}"
+    "{%- for tool in tools -%}{{- '\\n' + (tool | tojson) -}}{%- endfor -%}"
+    "{{- " + json.dumps(TOOLS_POSTAMBLE) + " -}}"
+    "{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- for m in loop_messages -%}"
+    "{%- if m.role == 'assistant' -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- generation -%}"
+    "{%- set body = text(m.content) -%}"
+    "{{- body -}}"
+    "{%- for tc in (m.tool_calls or []) -%}"
+    "{%- set f = tc.function if tc.function is defined else tc -%}"
+    "{%- if body or not loop.first -%}{{- '\\n' -}}{%- endif -%}"
+    "{{- '<tool_call>\\n{\"name\": ' + (f.name | tojson) + ', \"arguments\": ' -}}"
+    "{%- if f.arguments is string -%}{{- f.arguments -}}"
+    "{%- elif f.arguments is none -%}{{- '{}' -}}"
+    "{%- else -%}{{- f.arguments | tojson -}}{%- endif -%}"
+    "{{- '}\\n</tool_call>' -}}"
+    "{%- endfor -%}"
+    "{{- '<|im_end|>' -}}"
+    "{%- endgeneration -%}"
+    "{{- '\\n' -}}"
+    "{%- elif m.role == 'tool' -%}"
+    "{{- '<|im_start|>tool\\n<tool_response>\\n' + text(m.content)"
+    " + '\\n</tool_response><|im_end|>\\n' -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>' + m.role + '\\n' + text(m.content) + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+
+def format_tool_call(name: str, arguments: Any) -> str:
+    """One ``<tool_call>`` block exactly as the chat template writes it."""
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments,
+                                                                   ensure_ascii=False)
+    return ('<tool_call>\n{"name": ' + json.dumps(name, ensure_ascii=False)
+            + ', "arguments": ' + args + "}\n</tool_call>")
+
+
+_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
+    """Split a reply into its free text and its ``<tool_call>`` blocks.
+
+    Never raises. A block whose JSON is malformed (or that the reply cut off
+    before ``</tool_call>``) becomes a call whose ``arguments`` is the raw
+    block text, and whose ``name`` is read from it when it can be; the
+    harness's parser then records why it cannot be run — the model's error,
+    kept as data. Call ids are derived from the reply, so the same reply gets
+    the same ids.
+    """
+    calls: list[ToolCall] = []
+    digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    for i, m in enumerate(_BLOCK.finditer(text)):
+        raw = m.group(1).strip()
+        call_id = f"call_{digest}_{i}"
+        try:
+            obj = json.loads(raw)
+        except (ValueError, RecursionError):
+            obj = None
+        if isinstance(obj, dict) and isinstance(obj.get("name"), str):
+            args = obj.get("arguments", obj.get("parameters", {}))
+            if args is None:
+                args = {}
+            args_s = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+            calls.append(ToolCall(call_id, obj["name"], args_s))
+            continue
+        name = _NAME.search(raw)
+        try:
+            name_s = json.loads(f'"{name.group(1)}"') if name else ""
+        except ValueError:
+            name_s = ""
+        calls.append(ToolCall(call_id, name_s, raw))
+    rest = _BLOCK.sub("", text).strip()
+    return rest, calls

@@ -1,0 +1,537 @@
+"""The ``hf`` policy: a local transformers model, batched, with token ids and log-probs.
+
+``hf:PATH`` loads a causal LM and its tokenizer from a directory written by
+``save_pretrained`` (``tackroom model init DIR`` makes one), from local files
+only. Each call renders the chat with the tokenizer's own chat template
+(tools included), generates, and returns the sampled token ids with their
+log-probabilities — what training needs, and what lets the records compare
+a model with itself later.
+
+Choices, and why:
+
+* **Log-probs are of the model's own distribution** — ``log_softmax`` of the
+  unmodified logits, as if at temperature 1 without top-p — whatever the
+  sampling settings. That is the quantity policy-gradient losses and
+  importance ratios use, it is the same for greedy and sampled calls, and
+  :meth:`HFPolicy.score` recomputes it from the tokens alone (one forward
+  pass), so generation and training can be checked against each other.
+* **Token ids include the stop token** (``<|im_end|>``) when the model
+  stopped, and ``completion_tokens`` counts it: the model chose to stop, and
+  training must teach that too. The text never shows it.
+* **Batching**: concurrent ``act`` calls that arrive within ``batch_wait_ms``
+  of each other share one left-padded ``generate`` call (at most
+  ``max_batch`` rows), run in a worker thread so the event loop goes on.
+  Rows may differ in sampling settings: sampling is done per row by a logits
+  processor with the row's own ``torch.Generator`` (seeded by
+  ``Sampling.seed``), so a seeded call gives the same tokens alone or in any
+  batch, and greedy rows are plain argmax.
+* **Tool calls** are read from ``<tool_call>{...}</tool_call>`` blocks only
+  when the request offers tools (as vLLM's ``hermes`` parser does); a block
+  that is not valid JSON is kept as the call's raw ``arguments`` string, so
+  the harness records the model's parse error instead of the policy raising.
+* **LoRA adapters** (peft) are loaded by name; each call is served by the
+  adapter active when it was made (``PolicyResponse.adapter``), and a batch
+  never mixes adapters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import re
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
+from tackroom.core.policy import PolicyRequest, PolicyResponse, Sampling
+from tackroom.models.chat_template import PAD, parse_tool_calls
+from tackroom.models.init import no_progress_bars
+
+__all__ = ["HFPolicy", "make_hf_policy"]
+
+INIT_HINT = "run `tackroom model init DIR` to build a model there, or give a save_pretrained directory"
+_ADAPTER_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
+_DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
+           "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
+@dataclass
+class _Job:
+    """One ``act`` call waiting for a batch."""
+
+    prompt: list[int]
+    sampling: Sampling
+    max_new: int
+    parse_tools: bool
+    adapter: str | None
+    future: asyncio.Future
+    queued_at: float = field(default_factory=time.monotonic)
+
+
+def _adapter_name(path: str) -> str:
+    """A peft-safe adapter name from a path (peft module keys cannot hold dots)."""
+    name = re.sub(r"[^A-Za-z0-9_\-]", "_", Path(path).name or "adapter")
+    return name or "adapter"
+
+
+class HFPolicy:
+    """A :class:`~tackroom.core.policy.Policy` backed by a local transformers model.
+
+    Args:
+        model_dir: a directory with ``config.json``, weights and a tokenizer
+            that has a chat template (``tackroom model init DIR`` writes one).
+        adapter: a peft LoRA adapter directory to load and serve from the start.
+        device: ``cpu``, ``cuda``, ``cuda:1``, ...
+        dtype: ``float32`` (default), ``bfloat16`` or ``float16``.
+        max_batch: at most this many calls share one ``generate``.
+        batch_wait_ms: how long the first call of a batch waits for company.
+        threads: CPU threads for torch (``torch.set_num_threads``: process-wide).
+            ``None`` leaves torch's default. Small models decode fastest with 1:
+            their matrix products are too small to split, and on a busy machine
+            OpenMP threads that wait for each other make every token ~20x slower.
+    """
+
+    def __init__(self, model_dir: str | Path, *, adapter: str | None = None,
+                 device: str = "cpu", dtype: str | None = None, max_batch: int = 8,
+                 batch_wait_ms: float = 5.0, threads: int | None = None) -> None:
+        self.model_dir = str(model_dir)
+        self.id = f"hf:{self.model_dir}" + (f":{adapter}" if adapter else "")
+        if int(max_batch) < 1 or float(batch_wait_ms) < 0:
+            raise PolicyError(f"bad settings (max_batch={max_batch}, "
+                              f"batch_wait_ms={batch_wait_ms})", self.id,
+                              "use max_batch >= 1 and batch_wait_ms >= 0")
+        self.device = str(device)
+        self.threads = int(threads) if threads is not None else None
+        if self.threads is not None and self.threads < 1:
+            raise PolicyError(f"threads={threads} must be at least 1", self.id,
+                              "give threads >= 1, or leave it unset")
+        self.max_batch = int(max_batch)
+        self.batch_wait_ms = float(batch_wait_ms)
+        self.tokenizer, self.model, self.dtype = self._load(device, dtype)
+        config = self.model.config
+        self.max_positions = int(getattr(config, "max_position_embeddings", 0) or 0) or None
+        self.pad_id = self.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = self.tokenizer.convert_tokens_to_ids(PAD) \
+                if PAD in self.tokenizer.get_vocab() else self.tokenizer.eos_token_id
+        self.stop_ids = self._stop_ids()
+        # Sampling is exactly the request's: a checkpoint's own generation defaults
+        # (temperature, top_k, repetition_penalty, ...) would otherwise fill every
+        # setting we leave unset and change greedy answers and log-probs.
+        from transformers import GenerationConfig
+
+        self.model.generation_config = GenerationConfig(
+            eos_token_id=self.stop_ids, pad_token_id=self.pad_id, do_sample=False)
+        self._lock = threading.RLock()  # one user of the model at a time
+        self._adapters: dict[str, str] = {}
+        self._active: str | None = None
+        self._rng = random.Random()
+        self._executor: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: list[_Job] = []
+        self._wake: asyncio.Event | None = None
+        self._drainer: asyncio.Task | None = None
+        if adapter:
+            name = _adapter_name(adapter)
+            self.load_adapter(name, adapter)
+            self.set_adapter(name)
+
+    # ---------------------------------------------------------------- load
+    def _load(self, device: str, dtype: str | None):
+        path = Path(self.model_dir)
+        if not path.is_dir():
+            raise PolicyError(f"no model directory at {self.model_dir}", self.id, INIT_HINT)
+        if not (path / "config.json").is_file():
+            raise PolicyError(f"{self.model_dir} is not a model directory (no config.json)",
+                              self.id, INIT_HINT)
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as e:
+            raise PolicyError(f"the hf policy needs torch and transformers ({e.name} is "
+                              "missing)", self.id, "pip install 'tackroom[train]'") from None
+        torch_dtype = torch.float32
+        if dtype is not None:
+            name = _DTYPES.get(str(dtype).lower().removeprefix("torch."))
+            if name is None:
+                raise PolicyError(f"unknown dtype {dtype!r}", self.id,
+                                  "use float32, bfloat16 or float16")
+            torch_dtype = getattr(torch, name)
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise PolicyError(f"device {device!r} asked for but CUDA is not available",
+                              self.id, "use device=cpu")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except Exception as e:  # noqa: BLE001 - any loader failure is one clear line
+            raise PolicyError(f"cannot load the tokenizer in {self.model_dir} "
+                              f"({type(e).__name__}: {_first_line(e)})", self.id,
+                              INIT_HINT) from None
+        if not getattr(tokenizer, "chat_template", None):
+            raise PolicyError(f"the tokenizer in {self.model_dir} has no chat template",
+                              self.id, "add one (tokenizer.chat_template) or " + INIT_HINT)
+        try:
+            with no_progress_bars():
+                model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
+                                                             dtype=torch_dtype)
+        except Exception as e:  # noqa: BLE001 - any loader failure is one clear line
+            raise PolicyError(f"cannot load the model in {self.model_dir} "
+                              f"({type(e).__name__}: {_first_line(e)})", self.id,
+                              INIT_HINT) from None
+        model.to(device)
+        model.eval()
+        return tokenizer, model, str(torch_dtype).removeprefix("torch.")
+
+    def _stop_ids(self) -> list[int]:
+        """Token ids that end a reply: the generation config's eos ids, the tokenizer's, pad."""
+        ids: list[int] = []
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        for v in (gen_eos, self.tokenizer.eos_token_id, self.pad_id):
+            for i in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(i, int) and i not in ids:
+                    ids.append(i)
+        return ids
+
+    # ------------------------------------------------------------ identity
+    def __repr__(self) -> str:
+        return f"HFPolicy(model_dir={self.model_dir!r}, device={self.device!r})"
+
+    def describe(self) -> dict[str, Any]:
+        """Settings for the run config snapshot."""
+        from tackroom.models.init import read_model_card
+
+        card = read_model_card(self.model_dir) or {}
+        return {
+            "backend": "hf",
+            "id": self.id,
+            "model_dir": self.model_dir,
+            "arch": getattr(self.model.config, "model_type", None),
+            "params": int(self._base_model().num_parameters()),
+            "weights_sha256": card.get("weights_sha256"),
+            "device": self.device,
+            "dtype": self.dtype,
+            "adapters": dict(self._adapters),
+            "active_adapter": self._active,
+            "max_batch": self.max_batch,
+            "batch_wait_ms": self.batch_wait_ms,
+            "threads": self.threads,
+            "logprobs": "log_softmax of unmodified logits (temperature 1)",
+        }
+
+    # ------------------------------------------------------------- adapters
+    @property
+    def adapter(self) -> str | None:
+        """The adapter that serves new calls (``None``: the base model)."""
+        return self._active
+
+    @property
+    def adapters(self) -> dict[str, str]:
+        """Loaded adapters: name → directory."""
+        return dict(self._adapters)
+
+    def load_adapter(self, name: str, path: str | Path) -> None:
+        """Load a peft (LoRA) adapter from ``path`` under ``name``; does not activate it."""
+        if not _ADAPTER_NAME.match(name or ""):
+            raise PolicyError(f"bad adapter name {name!r}", self.id,
+                              "use letters, digits, '_' and '-' only")
+        if not (Path(path) / "adapter_config.json").is_file():
+            raise PolicyError(f"no peft adapter at {path} (no adapter_config.json)", self.id,
+                              "give a directory written by a peft model's save_pretrained")
+        try:
+            from peft import PeftModel
+        except ImportError:
+            raise PolicyError("LoRA adapters need peft", self.id,
+                              "pip install 'tackroom[train]'") from None
+        # peft calls transformers APIs that transformers 5 deprecates; not ours to fix.
+        with self._lock, warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            try:
+                if isinstance(self.model, PeftModel):
+                    if name in self.model.peft_config:
+                        self.model.delete_adapter(name)  # reload: the newer weights win
+                    self.model.load_adapter(str(path), adapter_name=name)
+                else:
+                    self.model = PeftModel.from_pretrained(self.model, str(path),
+                                                           adapter_name=name)
+            except Exception as e:  # noqa: BLE001 - a bad adapter is one clear line
+                raise PolicyError(f"cannot load adapter {name!r} from {path} "
+                                  f"({type(e).__name__}: {_first_line(e)})", self.id,
+                                  "check that it was trained on this base model") from None
+            self.model.eval()
+            self._adapters[name] = str(path)
+
+    def set_adapter(self, name: str | None) -> None:
+        """Serve later calls with adapter ``name`` (``None``: the base model)."""
+        if name is not None and name not in self._adapters:
+            known = ", ".join(sorted(self._adapters)) or "none loaded"
+            raise PolicyError(f"no adapter named {name!r} ({known})", self.id,
+                              "load it first with load_adapter(name, path)")
+        self._active = name
+
+    def _base_model(self):
+        get_base = getattr(self.model, "get_base_model", None)
+        return get_base() if get_base is not None else self.model
+
+    @contextlib.contextmanager
+    def _using(self, adapter: str | None):
+        """Hold the model with ``adapter`` active (or every adapter off)."""
+        with self._lock:
+            if not self._adapters:
+                yield self.model
+            elif adapter is None:
+                with self.model.disable_adapter():
+                    yield self.model
+            else:
+                self.model.set_adapter(adapter)
+                yield self.model
+
+    # --------------------------------------------------------------- tokens
+    def prompt_ids(self, messages: list[dict[str, Any]],
+                   tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """The token ids the model sees for ``messages`` (chat template, generation prompt)."""
+        ids = self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=True, tokenize=True,
+            return_dict=False)
+        if ids and isinstance(ids[0], list):  # a batch of one
+            ids = ids[0]
+        return [int(i) for i in ids]
+
+    def score(self, messages: list[dict[str, Any]], completion_ids: list[int],
+              tools: list[dict[str, Any]] | None = None, *,
+              adapter: Any = ...) -> list[float]:
+        """Log-probs of ``completion_ids`` after the prompt of ``messages``, in one forward pass.
+
+        The same quantity ``act`` returns (``log_softmax`` of unmodified logits),
+        under the active adapter unless ``adapter`` names another (``None``: base).
+        """
+        import torch
+
+        if not completion_ids:
+            return []
+        prompt = self.prompt_ids(messages, tools)
+        ids = torch.tensor([prompt + [int(t) for t in completion_ids]], device=self.device)
+        with self._using(self._active if adapter is ... else adapter) as model, \
+                torch.inference_mode():
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        target = ids[0, len(prompt):].unsqueeze(-1)
+        return logp.gather(-1, target).squeeze(-1).tolist()
+
+    # ------------------------------------------------------------------ act
+    async def act(self, request: PolicyRequest) -> PolicyResponse:
+        s = request.sampling
+        prompt = self.prompt_ids(request.messages, request.tools)
+        room = (self.max_positions - len(prompt)) if self.max_positions else s.max_tokens
+        if room < 1:
+            raise ContextLengthExceeded(
+                f"prompt of {len(prompt)} tokens does not fit the model's "
+                f"{self.max_positions}-token context", self.id,
+                "shorten the harness's observations or history")
+        job = _Job(prompt=prompt, sampling=s, max_new=max(1, min(int(s.max_tokens), room)),
+                   parse_tools=bool(request.tools), adapter=self._active,
+                   future=asyncio.get_running_loop().create_future())
+        self._enqueue(job)
+        return await job.future
+
+    def _enqueue(self, job: _Job) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # first call, or a new event loop (another asyncio.run)
+            self._loop, self._pending, self._drainer = loop, [], None
+            self._wake = asyncio.Event()
+        self._pending.append(job)
+        if len(self._pending) >= self.max_batch:
+            self._wake.set()
+        if self._drainer is None or self._drainer.done():
+            self._drainer = loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        """Serve pending calls, one batch at a time, until none is left."""
+        loop = asyncio.get_running_loop()
+        assert self._wake is not None
+        while self._pending:
+            oldest = min(j.queued_at for j in self._pending)
+            wait = oldest + self.batch_wait_ms / 1000 - time.monotonic()
+            if wait > 0 and len(self._pending) < self.max_batch:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), wait)
+            self._wake.clear()
+            live = [j for j in self._pending if not j.future.done()]  # drop cancelled calls
+            if not live:
+                self._pending = []
+                break
+            adapter = live[0].adapter
+            batch = [j for j in live if j.adapter == adapter][: self.max_batch]
+            self._pending = [j for j in live if all(j is not b for b in batch)]
+            try:
+                results = await loop.run_in_executor(self._worker(), self._generate, batch)
+            except Exception as e:  # noqa: BLE001 - a failed batch fails its calls, not the loop
+                error = e if isinstance(e, (PolicyError, InfraError)) else InfraError(
+                    f"local generation failed ({type(e).__name__}: {_first_line(e)})", self.id,
+                    "check memory and the model directory; --resume retries the episode")
+                for j in batch:
+                    if not j.future.done():
+                        j.future.set_exception(error)
+                continue
+            except BaseException:  # cancelled: the calls cannot be answered
+                for j in batch:
+                    if not j.future.done():
+                        j.future.cancel()
+                raise
+            for j, r in zip(batch, results, strict=True):
+                if not j.future.done():
+                    j.future.set_result(r)
+
+    def _worker(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tackroom-hf")
+        return self._executor
+
+    def _generate(self, batch: list[_Job]) -> list[PolicyResponse]:
+        """One left-padded ``generate`` for the batch (runs in the worker thread)."""
+        import torch
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        width = max(len(j.prompt) for j in batch)
+        input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, j in enumerate(batch):
+            input_ids[i, width - len(j.prompt):] = torch.tensor(j.prompt)
+            mask[i, width - len(j.prompt):] = 1
+        max_new = max(j.max_new for j in batch)
+        config = GenerationConfig(
+            max_new_tokens=max_new, do_sample=False, num_beams=1,
+            eos_token_id=self.stop_ids, pad_token_id=self.pad_id, bos_token_id=None,
+            return_dict_in_generate=True, output_logits=True)
+        processors = LogitsProcessorList()
+        if any(j.sampling.temperature > 0 for j in batch):
+            processors.append(_RowSampler([j.sampling for j in batch], self.device, self._rng))
+        with self._using(batch[0].adapter) as model, torch.inference_mode():
+            out = model.generate(input_ids=input_ids.to(self.device),
+                                 attention_mask=mask.to(self.device),
+                                 generation_config=config, logits_processor=processors)
+        new = out.sequences[:, width:].cpu()
+        logits = torch.stack(out.logits, dim=1).float()  # raw logits, before the sampler
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, new.to(logits.device).unsqueeze(-1))
+        logp = logp.squeeze(-1).cpu()
+        return [self._response(j, new[i].tolist(), logp[i].tolist())
+                for i, j in enumerate(batch)]
+
+    def _response(self, job: _Job, tokens: list[int], logprobs: list[float]) -> PolicyResponse:
+        tokens, finish = tokens[: job.max_new], "length"
+        for k, t in enumerate(tokens):
+            if t in self.stop_ids:
+                tokens, finish = tokens[: k + 1], "stop"
+                break
+        logprobs = logprobs[: len(tokens)]
+        visible = tokens[:-1] if finish == "stop" else tokens
+        text: str | None = self.tokenizer.decode(visible, skip_special_tokens=True)
+        calls = []
+        if job.parse_tools:
+            text, calls = parse_tool_calls(text or "")
+            if not text and calls:
+                text = None
+        return PolicyResponse(
+            text=text, tool_calls=calls, prompt_tokens=len(job.prompt),
+            completion_tokens=len(tokens), token_ids=tokens, logprobs=logprobs,
+            model=self.model_dir, adapter=job.adapter, finish_reason=finish)
+
+    # ---------------------------------------------------------------- close
+    async def aclose(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    async def __aenter__(self) -> HFPolicy:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _RowSampler:
+    """Samples each row with its own temperature, top-p and generator, inside ``generate``.
+
+    ``generate`` runs greedy; for a sampling row this processor draws the
+    token itself and leaves only that token finite, so the argmax is the draw.
+    Greedy rows (temperature 0) pass through untouched. Per-row generators
+    make a seeded call independent of whatever else shares its batch.
+    """
+
+    def __init__(self, samplings: list[Sampling], device: str, rng: random.Random) -> None:
+        import torch
+
+        self.samplings = samplings
+        self.generators = []
+        for s in samplings:
+            g = torch.Generator(device=device)
+            g.manual_seed(int(s.seed) if s.seed is not None else rng.getrandbits(63))
+            self.generators.append(g)
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        scores = scores.clone()  # generate keeps the tensor it passed us as the raw logits
+        for i, s in enumerate(self.samplings):
+            if s.temperature <= 0:
+                continue
+            probs = torch.softmax(scores[i].float() / s.temperature, dim=-1)
+            if s.top_p < 1.0:
+                sorted_p, order = torch.sort(probs, descending=True)
+                drop = torch.cumsum(sorted_p, dim=-1) - sorted_p >= s.top_p
+                drop[0] = False  # always keep the most likely token
+                probs = probs.clone()
+                probs[order[drop]] = 0.0
+            token = torch.multinomial(probs, 1, generator=self.generators[i])
+            row = torch.full_like(scores[i], float("-inf"))
+            row[token] = 0.0
+            scores[i] = row
+        return scores
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return (text[0] if text else "")[:200]
+
+
+_INT_OPTS = {"max_batch", "threads"}
+_FLOAT_OPTS = {"batch_wait_ms"}
+
+
+def make_hf_policy(spec: str, **opts: Any) -> HFPolicy:
+    """Build a policy from ``hf:PATH`` or ``hf:PATH:ADAPTER`` (a peft adapter directory).
+
+    ``opts`` are :class:`HFPolicy` keyword arguments (``device``, ``dtype``,
+    ``max_batch``, ``batch_wait_ms``, ``threads``); numeric ones may come as strings.
+    """
+    prefix, sep, rest = spec.partition(":")
+    if prefix != "hf" or not sep or not rest:
+        raise PolicyError(f"not an hf policy spec: {spec!r}", "--policy",
+                          "write hf:MODEL_DIR or hf:MODEL_DIR:ADAPTER_DIR")
+    path, _, adapter = rest.partition(":")
+    if not path:
+        raise PolicyError(f"no model directory in {spec!r}", "--policy",
+                          "write hf:MODEL_DIR or hf:MODEL_DIR:ADAPTER_DIR")
+    if adapter and opts.get("adapter"):
+        raise PolicyError(f"two adapters: {spec!r} and adapter={opts['adapter']!r}",
+                          "--policy", "give the adapter once")
+    if adapter:
+        opts["adapter"] = adapter
+    for name in _INT_OPTS | _FLOAT_OPTS:
+        if isinstance(opts.get(name), str):
+            try:
+                opts[name] = (int if name in _INT_OPTS else float)(opts[name])
+            except ValueError:
+                raise PolicyError(f"{name}={opts[name]!r} is not a number", spec,
+                                  f"give {name} as a number") from None
+    try:
+        return HFPolicy(path, **opts)
+    except TypeError as e:
+        raise PolicyError(f"unknown option for the hf policy: {e}", spec,
+                          "see tackroom.policies.hf_policy.HFPolicy") from None
