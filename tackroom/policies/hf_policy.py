@@ -52,6 +52,7 @@ from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
 from tackroom.core.policy import PolicyRequest, PolicyResponse, Sampling
 from tackroom.models.chat_template import PAD, parse_tool_calls
 from tackroom.models.init import no_progress_bars
+from tackroom.policies.options import construct
 
 __all__ = ["HFPolicy", "make_hf_policy"]
 
@@ -523,15 +524,4 @@ def make_hf_policy(spec: str, **opts: Any) -> HFPolicy:
                           "--policy", "give the adapter once")
     if adapter:
         opts["adapter"] = adapter
-    for name in _INT_OPTS | _FLOAT_OPTS:
-        if isinstance(opts.get(name), str):
-            try:
-                opts[name] = (int if name in _INT_OPTS else float)(opts[name])
-            except ValueError:
-                raise PolicyError(f"{name}={opts[name]!r} is not a number", spec,
-                                  f"give {name} as a number") from None
-    try:
-        return HFPolicy(path, **opts)
-    except TypeError as e:
-        raise PolicyError(f"unknown option for the hf policy: {e}", spec,
-                          "see tackroom.policies.hf_policy.HFPolicy") from None
+    return construct(HFPolicy, path, opts, spec=spec, ints=_INT_OPTS, floats=_FLOAT_OPTS)

@@ -38,6 +38,7 @@ import openai
 
 from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
 from tackroom.core.policy import PolicyRequest, PolicyResponse, ToolCall
+from tackroom.policies.options import construct
 
 __all__ = ["ContextLengthExceeded", "OpenAIPolicy", "make_openai_policy"]
 
@@ -459,15 +460,4 @@ def make_openai_policy(spec: str, **opts: Any) -> OpenAIPolicy:
         opts["base_url"] = url
     else:
         model = rest
-    for name in _INT_OPTS | _FLOAT_OPTS:
-        if isinstance(opts.get(name), str):
-            try:
-                opts[name] = (int if name in _INT_OPTS else float)(opts[name])
-            except ValueError:
-                raise PolicyError(f"{name}={opts[name]!r} is not a number", spec,
-                                  f"give {name} as a number") from None
-    try:
-        return OpenAIPolicy(model, **opts)
-    except TypeError as e:
-        raise PolicyError(f"unknown option for the openai policy: {e}", spec,
-                          "see tackroom.policies.openai_policy.OpenAIPolicy") from None
+    return construct(OpenAIPolicy, model, opts, spec=spec, ints=_INT_OPTS, floats=_FLOAT_OPTS)
