@@ -95,7 +95,7 @@ DEFAULT_MAX_TOKENS = 2048
 #: The largest request body accepted (bytes).
 MAX_BODY = 32 * 2**20
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-# The same blocks tackroom.models.chat_template.parse_tool_calls reads (an
+# The same blocks tackroom.policies.chat_format.parse_tool_calls reads (an
 # unterminated block, cut off by max_tokens, counts too).
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 
@@ -282,7 +282,7 @@ def split_reply(text: str, parse_tools: bool) -> tuple[str | None, list[ToolCall
     ``hermes`` parser does the same): a broken call is the model's error, shown
     to the harness, never a server error.
     """
-    from tackroom.models.chat_template import parse_tool_calls
+    from tackroom.policies.chat_format import parse_tool_calls
 
     if not parse_tools or "<tool_call>" not in text:
         return (text.strip() if parse_tools else text), []

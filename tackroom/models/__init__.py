@@ -8,22 +8,16 @@ Imports of torch / transformers happen inside the functions, so importing
 this package is cheap and works without the ``train`` extra.
 """
 
-from tackroom.models.chat_template import (
+from tackroom.models.init import ARCHS, SIZES, default_corpus, init_model, weights_sha256
+from tackroom.policies.chat_format import (
     CHAT_TEMPLATE,
     IM_END,
     IM_START,
+    MODEL_CARD,
     PAD,
     format_tool_call,
     parse_tool_calls,
-)
-from tackroom.models.init import (
-    ARCHS,
-    MODEL_CARD,
-    SIZES,
-    default_corpus,
-    init_model,
     read_model_card,
-    weights_sha256,
 )
 
 __all__ = [

@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tackroom.models.chat_template import TOOLS_PREAMBLE, format_tool_call
+from tackroom.policies.chat_format import TOOLS_PREAMBLE, format_tool_call
 
 
 def _message_texts(msg: dict[str, Any]) -> Iterable[str]:

@@ -4,7 +4,7 @@ Nothing is downloaded. The model is a standard transformers architecture
 (Qwen2 or Llama) built from a config, so everything that loads Hugging Face
 checkpoints — transformers, peft, vLLM — loads it too; the tokenizer is a
 byte-level BPE trained here on tackroom's own harness texts, with the ChatML
-+ Hermes-tools chat template of :mod:`tackroom.models.chat_template`.
++ Hermes-tools chat template of :mod:`tackroom.policies.chat_format`.
 
 Sizes (parameters with a 4096-token vocabulary, embeddings tied):
 
@@ -27,15 +27,15 @@ seed writes the same weights and the same tokenizer, and
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from tackroom.core.errors import ConfigError
+from tackroom.policies.chat_format import MODEL_CARD, no_progress_bars
 
 #: Architecture presets; see the module docstring for the parameter counts.
 SIZES: dict[str, dict[str, int]] = {
@@ -48,7 +48,6 @@ SIZES: dict[str, dict[str, int]] = {
 }
 ARCHS = ("qwen2", "llama")
 #: The file that describes how a model directory was built.
-MODEL_CARD = "tackroom_model.json"
 #: Seeds of the expert episodes whose texts make the default corpus.
 CORPUS_SEEDS = tuple(range(8))
 
@@ -174,8 +173,8 @@ def init_model(
     import transformers
     from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, Qwen2Config
 
-    from tackroom.models.chat_template import IM_END, PAD
     from tackroom.models.tokenizer import train_bpe, wrap_tokenizer
+    from tackroom.policies.chat_format import IM_END, PAD
 
     if corpus is None:
         texts, corpus_info = default_corpus()
@@ -235,26 +234,3 @@ def init_model(
     }
     (out / MODEL_CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
     return out
-
-
-@contextlib.contextmanager
-def no_progress_bars() -> Iterator[None]:
-    """Silence transformers' progress bars (loading / writing weights) for a moment."""
-    from transformers.utils import logging as hf_logging
-
-    enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled:
-            hf_logging.enable_progress_bar()
-
-
-def read_model_card(model_dir: str | Path) -> dict[str, Any] | None:
-    """The ``tackroom_model.json`` of a directory, or ``None`` (not a tackroom-built model)."""
-    p = Path(model_dir) / MODEL_CARD
-    try:
-        return json.loads(p.read_text())
-    except (OSError, ValueError):
-        return None

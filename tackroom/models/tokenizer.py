@@ -26,7 +26,7 @@ from tokenizers import (
     trainers,
 )
 
-from tackroom.models.chat_template import (
+from tackroom.policies.chat_format import (
     CHAT_TEMPLATE,
     IM_END,
     IM_START,

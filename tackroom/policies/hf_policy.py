@@ -50,8 +50,7 @@ from typing import Any
 
 from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
 from tackroom.core.policy import PolicyRequest, PolicyResponse, Sampling
-from tackroom.models.chat_template import PAD, parse_tool_calls
-from tackroom.models.init import no_progress_bars
+from tackroom.policies.chat_format import PAD, no_progress_bars, parse_tool_calls, read_model_card
 from tackroom.policies.options import construct
 
 __all__ = ["HFPolicy", "make_hf_policy"]
@@ -206,8 +205,6 @@ class HFPolicy:
 
     def describe(self) -> dict[str, Any]:
         """Settings for the run config snapshot."""
-        from tackroom.models.init import read_model_card
-
         card = read_model_card(self.model_dir) or {}
         return {
             "backend": "hf",

@@ -41,9 +41,12 @@ they are an object, so re-rendering a recorded reply reproduces it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from tackroom.core.policy import ToolCall
@@ -173,3 +176,30 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
         calls.append(ToolCall(call_id, name_s, raw))
     rest = _BLOCK.sub("", text).strip()
     return rest, calls
+
+
+@contextlib.contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """Silence transformers' progress bars (loading / writing weights) for a moment."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
+#: The card ``tackroom model init`` writes beside the weights.
+MODEL_CARD = "tackroom_model.json"
+
+
+def read_model_card(model_dir: str | Path) -> dict[str, Any] | None:
+    """The ``tackroom_model.json`` of a directory, or ``None`` (not a tackroom-built model)."""
+    p = Path(model_dir) / MODEL_CARD
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
