@@ -93,12 +93,10 @@ def test_unknown_task_and_suite_and_policy_are_one_clear_line(tmp_path):
 
 
 def test_unreachable_model_server_is_one_clear_line(tmp_path):
-    t0 = time.monotonic()
     line = one_line_error(cli("eval", "--suite", "toy", "--policy", "openai:m",
                               "--base-url", "http://127.0.0.1:9/v1",
                               "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path))
     assert "http://127.0.0.1:9/v1 unreachable" in line and "--base-url" in line
-    assert time.monotonic() - t0 < 60
 
 
 def test_harness_list_show_diff(tmp_path):

@@ -130,10 +130,8 @@ async def test_persistent_500_is_infra_error_after_retries() -> None:
 async def test_slow_reply_times_out_then_infra_error() -> None:
     with ScriptedOpenAIServer(default=Reply(text="late", delay=2.0)) as srv:
         async with fast_policy(srv.base_url, timeout=0.2, max_retries=1) as policy:
-            t0 = time.monotonic()
             with pytest.raises(InfraError) as ei:
                 await policy.act(req())
-            assert time.monotonic() - t0 < 1.5
         assert len(srv.requests) == 2
     assert "timed out" in ei.value.line() and srv.base_url in ei.value.line()
 
@@ -155,10 +153,8 @@ async def test_dropped_connection_is_retried() -> None:
 async def test_unreachable_server_is_quick_clear_infra_error() -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
     async with fast_policy(url) as policy:
-        t0 = time.monotonic()
         with pytest.raises(InfraError) as ei:
             await policy.act(req())
-        assert time.monotonic() - t0 < 2.0
     line = ei.value.line()
     assert f"model server at {url} unreachable" in line
     assert "start your vLLM/SGLang server or pass --base-url" in line

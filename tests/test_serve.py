@@ -318,6 +318,8 @@ def test_concurrent_requests_share_one_batch(srv, client, monkeypatch):
     inner = srv.policy._generate
     monkeypatch.setattr(srv.policy, "_generate",
                         lambda batch: sizes.append(len(batch)) or inner(batch))
+    # A wide batch-forming window, so a loaded CI machine still sees all four together.
+    monkeypatch.setattr(srv.policy, "batch_wait_ms", 500.0)
     prompts = [chat(f"Task: click button {i}") for i in range(4)]
     alone = [create(client, srv, m, max_tokens=6, extra_body={"return_token_ids": True})
              for m in prompts]
@@ -343,27 +345,33 @@ def test_concurrent_requests_share_one_batch(srv, client, monkeypatch):
 def test_clients_coming_back_apart_still_share_a_batch():
     """The gate: after a batch, requests wait (briefly) for the clients it answered."""
 
-    async def clients(n: int, stagger: float) -> list[list[float]]:
+    async def clients(n: int, stagger: float) -> tuple[list[list[float]], list[list[float]]]:
         loop = asyncio.get_running_loop()
-        gate = _Gate(max_batch=4, forming_s=0.005, coalesce_s=0.1)
+        gate = _Gate(max_batch=4, forming_s=0.005, coalesce_s=2.0)
+        arrived: list[list[float]] = [[] for _ in range(3)]
         admitted: list[list[float]] = [[] for _ in range(3)]
 
         async def client(i: int) -> None:
             for rnd in range(3):
+                arrived[rnd].append(loop.time())
                 await gate.enter()
                 admitted[rnd].append(loop.time())
-                await asyncio.sleep(0.2)  # the batch generating
+                await asyncio.sleep(0.8)  # the batch generating
                 gate.leave()
                 await asyncio.sleep(stagger * i)  # HTTP round trips differ by client
 
         await asyncio.gather(*(client(i) for i in range(n)))
-        return admitted
+        return arrived, admitted
 
-    rounds = asyncio.run(clients(4, 0.01))  # back 0, 10, 20 and 30 ms after the batch
-    for times in rounds:
-        assert max(times) - min(times) < 0.005  # one batch per round, never 3 + 1
-    [[a], [b], [c]] = asyncio.run(clients(1, 0.0))  # a lone client never waits
-    assert b - a < 0.21 and c - b < 0.21
+    # Clients back 0, 10, 20 and 30 ms after each batch: after the first round nobody
+    # is admitted before the last of them has arrived (one batch per round, never 3 + 1).
+    arrived, admitted = asyncio.run(clients(4, 0.01))
+    for rnd in (1, 2):
+        assert min(admitted[rnd]) >= max(arrived[rnd])
+    # A lone client never waits for company (waiting would cost the 0.2 s coalescing cap).
+    arrived, admitted = asyncio.run(clients(1, 0.0))
+    for rnd in range(3):
+        assert admitted[rnd][0] - arrived[rnd][0] < 0.15
 
 
 # ------------------------------------------------------------------ errors
