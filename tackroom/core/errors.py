@@ -40,7 +40,13 @@ class TaskNotFound(TackroomError):
 
 
 class PolicyError(TackroomError):
-    """A policy spec is invalid or its backend cannot be reached."""
+    """A policy spec is invalid or its backend refuses us (bad key, unknown model).
+
+    It stops a run: every later episode would hit it. ``episode`` is the episode
+    it interrupted, set by the runner so that the episode is still recorded.
+    """
+
+    episode: object | None = None
 
 
 class ContextLengthExceeded(TackroomError):

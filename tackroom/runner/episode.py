@@ -91,7 +91,7 @@ async def run_episode(spec: EpisodeSpec, pool: EnvironmentPool, run_id: str,
     ep.t_env += sum(t.t_env for t in ep.turns)
     ep.t_harness = sum(t.t_harness for t in ep.turns)
     if fatal is not None:
-        fatal.episode = ep  # type: ignore[attr-defined]
+        fatal.episode = ep
         raise fatal
     return ep
 

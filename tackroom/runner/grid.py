@@ -136,9 +136,8 @@ async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
     try:
         await asyncio.gather(*workers)
     except PolicyError as e:
-        ep = getattr(e, "episode", None)
-        if ep is not None:
-            writer.add(ep)
+        if isinstance(e.episode, Episode):
+            writer.add(e.episode)
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
