@@ -537,14 +537,14 @@ def test_migrates_a_version_1_store(tmp_path: Path) -> None:
     con.execute("INSERT INTO meta VALUES (1, 1700000000.0, '0.0.1')")
     con.execute(f"ATTACH '{fresh}' AS fresh (READ_ONLY)")
     con.execute("INSERT INTO runs BY NAME SELECT * FROM fresh.runs")
-    con.execute("INSERT INTO episodes BY NAME SELECT * FROM fresh.episodes")
+    con.execute("INSERT INTO episodes BY NAME SELECT * EXCLUDE (failure_mode) FROM fresh.episodes")
     con.execute("INSERT INTO turns BY NAME SELECT * EXCLUDE (run_id) FROM fresh.turns")
     con.close()
 
     with pytest.raises(RecordStoreError, match="old schema version 1"):
         RecordStore(old, read_only=True)
     with RecordStore(old) as store:  # migrates
-        assert store.query("SELECT schema_version FROM meta") == [{"schema_version": 2}]
+        assert store.query("SELECT schema_version FROM meta") == [{"schema_version": 3}]
         for ep in episodes:
             assert store.load_episode(ep.episode_id, run_id=ep.run_id) == ep
         assert store.query("SELECT run_id, count(*) AS n FROM turns GROUP BY ALL "
@@ -557,7 +557,18 @@ def test_migrates_a_version_1_store(tmp_path: Path) -> None:
         assert store.load_episode(again.episode_id, run_id="run-c") == again
     # The migrated tables are exactly what a new store creates.
     assert table_layout(old) == table_layout(fresh)
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
+
+
+def test_train_steps_are_recorded_and_a_resumed_step_replaces_its_row(tmp_path: Path) -> None:
+    with RecordStore(tmp_path / "r.duckdb") as store:
+        store.start_run("sft-1", "tackroom sft", {}, n_planned=0)
+        store.log_train_step("sft-1", 1, {"loss": 2.5, "lr": 1e-3})
+        store.log_train_step("sft-1", 2, {"loss": 2.0, "lr": 1e-3})
+        store.log_train_step("sft-1", 2, {"loss": 1.9, "lr": 1e-3})  # resumed: replaces
+        assert store.train_steps("sft-1") == [{"step": 1, "loss": 2.5, "lr": 1e-3},
+                                              {"step": 2, "loss": 1.9, "lr": 1e-3}]
+        assert store.train_steps("other") == []
 
 
 def test_foreign_files_are_refused(tmp_path: Path) -> None:

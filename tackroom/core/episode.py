@@ -93,6 +93,9 @@ class Episode:
     t_env: float = 0.0
     t_harness: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Why a failed episode failed, in the suite's words (e.g. the code suite's
+    #: ``dropped_requirement``); ``None`` for successes and suites without modes.
+    failure_mode: str | None = None
 
     @property
     def n_turns(self) -> int:

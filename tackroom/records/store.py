@@ -70,7 +70,7 @@ __all__ = ["RecordStore", "scrub", "SCHEMA_VERSION", "DEFAULT_PATH", "RUN_STATUS
 
 #: Version of the table layout this code writes. Bump it and add a migration
 #: to ``_MIGRATIONS`` whenever a table changes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Where ``tackroom`` keeps its records unless told otherwise.
 DEFAULT_PATH = "./tackroom-runs/tackroom.duckdb"
@@ -233,6 +233,7 @@ _EPISODE_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("t_harness", "DOUBLE", pa.float64()),
     ("meta", "JSON", pa.string()),
     ("recorded_at", "DOUBLE", pa.float64()),
+    ("failure_mode", "TEXT", pa.string()),
 ]
 
 _TURN_COLUMNS: list[tuple[str, str, pa.DataType]] = [
@@ -271,6 +272,13 @@ _DERIVED_EPISODE_FIELDS = ("n_turns", "prompt_tokens", "completion_tokens", "par
                            "recorded_at")
 
 
+#: Metrics of training runs (SFT, RL), one row per optimiser step.
+_TRAIN_STEPS_SQL = """CREATE TABLE train_steps (
+  run_id TEXT NOT NULL, step INTEGER NOT NULL, metrics JSON, recorded_at DOUBLE,
+  PRIMARY KEY (run_id, step)
+)"""
+
+
 def _create_sql() -> list[str]:
     def cols(spec: Iterable[tuple[str, str]]) -> str:
         return ",\n  ".join(f"{name} {sql}" for name, sql in spec)
@@ -283,6 +291,7 @@ def _create_sql() -> list[str]:
         "  PRIMARY KEY (run_id, episode_id)\n)",
         f"CREATE TABLE turns (\n  {cols((n, s) for n, s, _ in _TURN_COLUMNS)},\n"
         "  PRIMARY KEY (run_id, episode_id, idx)\n)",
+        _TRAIN_STEPS_SQL,
     ]
 
 
@@ -322,7 +331,15 @@ _V1_TO_V2 = [
 
 #: ``_MIGRATIONS[v]`` turns a version-``v`` store into a version-``v+1`` one.
 #: The steps run in one transaction with the ``meta`` update.
-_MIGRATIONS: dict[int, list[str]] = {1: _V1_TO_V2}
+# Version 3 adds the failure mode of an episode (why a coding episode failed:
+# dropped requirement, broke existing behaviour, ...) and the per-step metrics
+# of training runs.
+_V2_TO_V3 = [
+    "ALTER TABLE episodes ADD COLUMN failure_mode TEXT",
+    _TRAIN_STEPS_SQL,
+]
+
+_MIGRATIONS: dict[int, list[str]] = {1: _V1_TO_V2, 2: _V2_TO_V3}
 
 
 # ---------------------------------------------------------------------------
@@ -430,6 +447,7 @@ def _episode_row(ep: Episode, now: float) -> dict[str, Any]:
         "t_harness": float(ep.t_harness),
         "meta": _scrubbed_json(ep.meta),
         "recorded_at": now,
+        "failure_mode": _text(ep.failure_mode),
     }
 
 
@@ -764,6 +782,27 @@ class RecordStore:
             self._db().execute(
                 "UPDATE runs SET status = ?, updated_at = ?, finished_at = ? WHERE run_id = ?",
                 [status, now, now if status != "running" else None, run_id])
+
+    # -- training metrics ---------------------------------------------------
+
+    def log_train_step(self, run_id: str, step: int, metrics: Mapping[str, Any]) -> None:
+        """Record the metrics of one optimiser step of a training run.
+
+        A resumed run that repeats a step replaces that step's row.
+        """
+        self._writable()
+        with self._db_lock:
+            self._db().execute(
+                "INSERT OR REPLACE INTO train_steps VALUES (?, ?, ?, ?)",
+                [run_id, int(step), _scrubbed_json(dict(metrics)), time.time()])
+
+    def train_steps(self, run_id: str) -> list[dict[str, Any]]:
+        """The recorded steps of a training run, in order: ``{"step": n, **metrics}``."""
+        with self._db_lock:
+            rows = self._db().execute(
+                "SELECT step, metrics FROM train_steps WHERE run_id = ? ORDER BY step",
+                [run_id]).fetchall()
+        return [{"step": step, **_loads(metrics, {})} for step, metrics in rows]
 
     def runs(self) -> list[dict[str, Any]]:
         """Every run, newest first, with episode counts.
