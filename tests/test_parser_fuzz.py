@@ -40,3 +40,41 @@ def test_no_output_makes_a_parser_raise(text, calls):
         else:
             assert isinstance(parsed.error, str) and parsed.error
             assert session.feedback_for_parse_error(parsed.error)
+
+
+# -- the shell harnesses (terminal suite): fences, submit lines, keystroke tool calls ----------
+TERMINAL = [HarnessSession(load_harness(n), "task") for n in ("terminal-bash", "terminal-keys")]
+_fence = st.sampled_from(["```", "````", "``` ", "```bash", "```sh", "```python", "```console",
+                          "~~~", "`", "```bash extra"])
+_shell_text = st.text(max_size=60) | st.sampled_from(
+    ["submit", " SUBMIT. ", "`submit`", "ls\x00", "\ud800", "echo ```", "a" * 200, "", "\n"])
+fenced = st.builds(lambda parts: "\n".join(parts),
+                   st.lists(st.one_of(_fence, _shell_text), max_size=8))
+keys_args = st.one_of(
+    texty,
+    st.builds(lambda d: __import__("json").dumps(d), st.dictionaries(
+        st.sampled_from(["keystrokes", "wait_s", "command", "x"]),
+        st.one_of(_shell_text, st.floats(allow_nan=True, allow_infinity=True),
+                  st.integers(), st.none(), st.lists(st.integers(), max_size=2)),
+        max_size=3)),
+)
+keys_calls = st.lists(st.builds(ToolCall, st.text(max_size=3),
+                                st.sampled_from(["send_keys", "submit", "bash", "", "C-c"]),
+                                keys_args), max_size=3)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=st.none() | fenced | texty, calls=keys_calls)
+def test_shell_parsers_never_raise(text, calls):
+    response = PolicyResponse(text=text, tool_calls=calls)
+    for session in TERMINAL:
+        parsed = session.parse(response)
+        if parsed.error is None:
+            assert parsed.actions
+            for action in parsed.actions:
+                value = getattr(action, "cmd", None) or getattr(action, "text", "")
+                assert "\x00" not in value
+                value.encode("utf-8")
+        else:
+            assert isinstance(parsed.error, str) and parsed.error
+            assert parsed.error in session.feedback_for_parse_error(parsed.error)

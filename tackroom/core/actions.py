@@ -87,6 +87,48 @@ class Edit(Action):
 
 
 @dataclass(frozen=True)
+class WriteFile(Action):
+    """Create or overwrite ``path`` with ``content`` (code suite)."""
+
+    path: str
+    content: str
+    kind: ClassVar[str] = "write_file"
+
+
+@dataclass(frozen=True)
+class EditLines(Action):
+    """Replace lines ``start``..``end`` (1-based, inclusive) of ``path`` by ``text``.
+
+    ``path = ""`` means the file open in the environment's viewer; ``end =
+    start - 1`` inserts before ``start``. With ``lint``, an edit that would
+    turn a compiling Python file into one that does not is rejected.
+    """
+
+    path: str
+    start: int
+    end: int
+    text: str
+    lint: bool = False
+    kind: ClassVar[str] = "edit_lines"
+
+
+@dataclass(frozen=True)
+class ViewFile(Action):
+    """Show ``path`` (``""``: the file already open in the viewer).
+
+    ``window = 0`` shows the whole file as it is; otherwise ``window``
+    numbered lines centred on ``line`` (when given), moved by ``scroll``
+    windows (negative: up).
+    """
+
+    path: str = ""
+    line: int = 0
+    window: int = 0
+    scroll: int = 0
+    kind: ClassVar[str] = "view_file"
+
+
+@dataclass(frozen=True)
 class Submit(Action):
     """Declare the task finished, optionally with an answer."""
 
@@ -95,7 +137,8 @@ class Submit(Action):
 
 
 ACTION_TYPES: dict[str, type[Action]] = {
-    cls.kind: cls for cls in (Click, Type, ClickAt, TypeText, Press, Shell, Edit, Submit)
+    cls.kind: cls for cls in (Click, Type, ClickAt, TypeText, Press, Shell, Edit,
+                           WriteFile, EditLines, ViewFile, Submit)
 }
 
 

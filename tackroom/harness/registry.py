@@ -54,4 +54,5 @@ def register_parser(parser: OutputParser) -> OutputParser:
 
 def ensure_builtins() -> None:
     """Import the built-in parts so that their registrations run."""
-    from tackroom.harness import interfaces, parsers, renderers  # noqa: F401
+    # Web parts (interfaces, parsers, renderers), terminal parts (shell), coding-agent parts.
+    from tackroom.harness import coding, interfaces, parsers, renderers, shell  # noqa: F401

@@ -87,6 +87,10 @@ async def run_episode(spec: EpisodeSpec, pool: EnvironmentPool, run_id: str,
         ep.outcome = Outcome.INFRA_ERROR
         ep.error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
     ep.ended_at = time.time()
+    if ep.failure_mode is None and ep.outcome not in (Outcome.SUCCESS, Outcome.INFRA_ERROR):
+        # Endings the runner decided (budgets, the harness's error limits), in the words of
+        # suites that name failure modes: Task.meta["failure_modes"] maps outcome -> mode.
+        ep.failure_mode = spec.task.meta.get("failure_modes", {}).get(ep.outcome.value)
     ep.t_policy = sum(t.t_policy for t in ep.turns)
     ep.t_env += sum(t.t_env for t in ep.turns)
     ep.t_harness = sum(t.t_harness for t in ep.turns)
@@ -188,6 +192,8 @@ async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert
             if step is not None and (step.terminated or step.truncated):
                 ep.reward = step.reward
                 ep.outcome = Outcome.SUCCESS if step.success else Outcome.FAILURE
+                if not step.success:
+                    ep.failure_mode = step.info.get("failure_mode")
                 done = True
 
         t0 = time.perf_counter()

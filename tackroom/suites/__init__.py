@@ -14,6 +14,8 @@ from tackroom.core.task import Suite
 SUITES: dict[str, str] = {
     "toy": "tackroom.suites.toy",
     "miniwob": "tackroom.suites.miniwob",
+    "terminal": "tackroom.suites.terminal",
+    "code": "tackroom.suites.code",
 }
 
 

@@ -1,0 +1,479 @@
+"""Run shell commands of a task in a bubblewrap sandbox.
+
+Every command runs as ``bash -c COMMAND`` inside ``bwrap``: no network, a
+read-only view of the system (``/usr``, ``/etc``, the ``/bin``-style links),
+private ``/proc``, ``/dev`` and ``/tmp``, and one writable directory — the
+task directory, mounted at ``/task`` — plus any extra ``binds``. Nothing of
+``/root``, ``/home`` or ``/work`` is visible. Limits on wall time, address
+space, processes and file size are set with ``prlimit`` inside the sandbox; a
+command that runs past its wall time is killed with its whole process tree
+(the sandbox has its own pid namespace, so killing bwrap ends everything).
+
+Two ways to run, chosen once per machine:
+
+* **as root** (the usual case in containers and CI): bwrap is privileged; it
+  unshares the network, pid, ipc, uts and cgroup namespaces, and the command
+  then drops to a fresh unprivileged uid (``setpriv``) with no capabilities.
+  A fresh uid per sandbox is what makes ``RLIMIT_NPROC`` count only the
+  sandbox's own processes (for root it counts nothing at all). The task
+  directory is covered by a tmpfs of ``disk_mb`` while the sandbox is open,
+  so filling it stops at the limit; ``close()`` copies its contents back.
+* **as another user**: ``bwrap --unshare-all`` (a user namespace too), in
+  which ``RLIMIT_NPROC`` counts per namespace; the disk limit is then
+  ``RLIMIT_FSIZE`` per file plus a size check after each command.
+
+Without bwrap, :class:`Sandbox` refuses to start unless ``unsafe_local=True``
+(the CLI's ``--unsafe-local``), which runs commands directly on the host in
+the task directory with the same rlimits and timeouts but *no isolation*.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import random
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tackroom.core.errors import InfraError, TackroomError
+
+#: Where the task directory appears inside the sandbox.
+TASK_PATH = "/task"
+#: The PATH commands see.
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Output kept per stream (the rest is drained and counted, never stored).
+OUTPUT_CAP = 1 << 20
+#: Sandbox uids are drawn from here; each sandbox gets its own (see module doc).
+_UID_RANGE = (200_000, 1_200_000)
+_MS_NOSUID, _MS_NODEV = 2, 4
+_MNT_DETACH = 2
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of a sandbox.
+
+    ``wall_s`` is per command; ``episode_wall_s`` is for a whole episode and
+    is enforced by the environment that owns the sandbox, not here.
+    """
+
+    wall_s: float = 10.0
+    memory_mb: int = 512
+    processes: int = 64
+    disk_mb: int = 64
+    episode_wall_s: float = 300.0
+
+
+@dataclass
+class CommandResult:
+    """What one command did.
+
+    ``killed`` names the limit that stopped the command, best-effort:
+    ``"timeout"``, ``"memory"``, ``"processes"``, ``"disk"`` or ``None``.
+    """
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    duration_s: float
+    killed: str | None = None
+
+    def output(self, limit: int = 4000) -> str:
+        """stdout then stderr, cut to ``limit`` characters with a marker, for the model.
+
+        The head and the tail are kept (errors are usually at the end).
+        """
+        text = self.stdout
+        if self.stderr:
+            text = f"{text}\n{self.stderr}" if text and not text.endswith("\n") else text + self.stderr
+        if limit > 0 and len(text) > limit:
+            head = limit // 2
+            tail = limit - head
+            cut = len(text) - limit
+            text = f"{text[:head]}\n[... {cut} characters cut ...]\n{text[-tail:]}"
+        if self.killed == "timeout":
+            text += f"\n[command timed out after {self.duration_s:.1f} s and was killed]"
+        elif self.killed:
+            text += f"\n[command hit the sandbox's {self.killed} limit]"
+        return text
+
+
+class SandboxUnavailable(TackroomError):
+    """bubblewrap (or prlimit) is missing or cannot create namespaces here."""
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+@functools.cache
+def _probe() -> str | None:
+    """Why the sandbox cannot run here (``None`` if it can); run once per process."""
+    for tool in ("bwrap", "prlimit", "bash") + (("setpriv",) if _is_root() else ()):
+        if shutil.which(tool) is None:
+            return f"'{tool}' is not installed"
+    with tempfile.TemporaryDirectory(prefix="tackroom-probe-") as tmp:
+        try:
+            box = Sandbox(Path(tmp), Limits(disk_mb=1), _probing=True)
+            res = box.run("echo ok", timeout_s=20)
+            box.close()
+        except InfraError as exc:
+            return exc.what
+    if res.stdout.strip() != "ok":
+        return f"a test command failed: {res.stderr.strip()[:200] or res.exit_code}"
+    return None
+
+
+def sandbox_available() -> bool:
+    """Whether bubblewrap sandboxes work on this machine (probed once, cached)."""
+    return _probe() is None
+
+
+def require_sandbox() -> None:
+    """Raise :class:`SandboxUnavailable` (saying why, and about ``--unsafe-local``) if needed."""
+    reason = _probe()
+    if reason is not None:
+        raise _unavailable(reason)
+
+
+def _unavailable(reason: str) -> SandboxUnavailable:
+    return SandboxUnavailable(
+        f"the bubblewrap sandbox is unavailable: {reason}", "sandbox",
+        "install it (apt-get install bubblewrap) or pass --unsafe-local to run task "
+        "commands directly on this machine without isolation")
+
+
+def _system_binds() -> list[str]:
+    """Read-only system mounts; ``/bin``-style paths kept as the links they are."""
+    args = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for name in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(name):
+            args += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            args += ["--ro-bind", name, name]
+    return args
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _tree_size(path: Path) -> int:
+    """Bytes used by regular files under ``path`` (symlinks not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def _clear_dir(path: str) -> None:
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+
+
+def _chown_tree(path: Path, uid: int) -> None:
+    os.lchown(path, uid, uid)
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), uid, uid)
+
+
+class Sandbox:
+    """A task directory and the sandbox its commands run in.
+
+    Args:
+        workdir: the task directory on the host; mounted read-write at
+            ``/task`` (see :attr:`task_path`), the working directory of
+            every command.
+        limits: wall time per command, memory, processes, disk.
+        unsafe_local: run without bubblewrap, directly on the host (no
+            isolation; rlimits and timeouts still apply). Only when asked.
+        binds: extra writable mounts, sandbox path -> host directory (e.g.
+            ``{"/logs": logs_dir}``). Under ``unsafe_local`` they cannot be
+            mounted; :meth:`path` maps them to their host paths instead.
+
+    As root, the task directory and the binds are handed to the sandbox's own
+    uid (``self.uid``) so that its commands can write them; host code running
+    as root is not affected. Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, workdir: Path, limits: Limits = Limits(), *, unsafe_local: bool = False,
+                 binds: Mapping[str, Path] = {}, _probing: bool = False) -> None:  # noqa: B006
+        self.workdir = Path(workdir).resolve()
+        self.limits = limits
+        self.unsafe_local = unsafe_local
+        self.binds = {k: Path(v).resolve() for k, v in binds.items()}
+        self._covered_fd: int | None = None  # the task dir under our tmpfs, to copy back
+        self._closed = False
+        if not self.workdir.is_dir():
+            raise InfraError("task directory does not exist", str(self.workdir))
+        if not unsafe_local and not _probing:
+            require_sandbox()
+        # Root drops to a uid of its own (see the module doc); others keep theirs.
+        self._privileged = _is_root() and not unsafe_local
+        self.uid = random.randrange(*_UID_RANGE) if self._privileged else os.getuid()
+        if self._privileged:
+            self._mount_tmpfs()
+            _chown_tree(self.workdir, self.uid)
+            for host in self.binds.values():
+                _chown_tree(host, self.uid)
+
+    # -- paths ------------------------------------------------------------------------
+
+    @property
+    def task_path(self) -> str:
+        """Where commands see the task directory (``/task``; the host path when unsafe)."""
+        return str(self.workdir) if self.unsafe_local else TASK_PATH
+
+    def path(self, sandbox_path: str) -> str:
+        """The path at which commands see ``sandbox_path`` (identity in a real sandbox).
+
+        Under ``unsafe_local`` nothing is mounted, so ``/task/...`` and bound
+        paths map to their host directories.
+        """
+        if not self.unsafe_local:
+            return sandbox_path
+        for inside, host in [(TASK_PATH, self.workdir), *self.binds.items()]:
+            if sandbox_path == inside or sandbox_path.startswith(inside.rstrip("/") + "/"):
+                return str(host) + sandbox_path[len(inside.rstrip("/")):]
+        return sandbox_path
+
+    # -- the disk limit ---------------------------------------------------------------
+
+    def _mount_tmpfs(self) -> None:
+        """Cover the task dir with a tmpfs of ``disk_mb`` holding a copy of its files.
+
+        Host code keeps using ``workdir`` as before; ``close()`` copies back.
+        Where mounting is not allowed, the size check after each command remains.
+        """
+        fd = os.open(self.workdir, os.O_RDONLY | os.O_DIRECTORY)
+        opts = f"size={self.limits.disk_mb}m,mode=0755,uid={self.uid},gid={self.uid}"
+        libc = _libc()
+        if libc.mount(b"tmpfs", str(self.workdir).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                      opts.encode()) != 0:
+            os.close(fd)
+            return
+        self._covered_fd = fd
+        try:
+            shutil.copytree(f"/proc/self/fd/{fd}", self.workdir, symlinks=True,
+                            dirs_exist_ok=True)
+        except (OSError, shutil.Error) as exc:
+            self._unmount(copy_back=False)
+            raise InfraError(f"task directory does not fit the sandbox's {self.limits.disk_mb} MB "
+                             f"disk limit ({exc.__class__.__name__})", str(self.workdir),
+                             "raise Limits.disk_mb") from exc
+
+    def _unmount(self, copy_back: bool) -> None:
+        fd, self._covered_fd = self._covered_fd, None
+        if fd is None:
+            return
+        try:
+            if copy_back:
+                under = f"/proc/self/fd/{fd}"
+                _clear_dir(under)
+                shutil.copytree(self.workdir, under, symlinks=True, dirs_exist_ok=True)
+        finally:
+            _libc().umount2(str(self.workdir).encode(), _MNT_DETACH)
+            os.close(fd)
+
+    # -- running ----------------------------------------------------------------------
+
+    def _limit_args(self) -> list[str]:
+        lim = self.limits
+        mb = 1 << 20
+        return ["prlimit", f"--as={lim.memory_mb * mb}", f"--nproc={lim.processes}",
+                f"--fsize={lim.disk_mb * mb}", "--core=0", "--"]
+
+    def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        env = {"PATH": SANDBOX_PATH, "HOME": self.task_path, "LANG": "C.UTF-8",
+               "TERM": "dumb", "TMPDIR": "/tmp",
+               # No passwd entry for the sandbox uid: give git an identity.
+               "GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "agent@sandbox",
+               "GIT_COMMITTER_NAME": "agent", "GIT_COMMITTER_EMAIL": "agent@sandbox"}
+        if self.unsafe_local:
+            env["TMPDIR"] = tempfile.gettempdir()
+        env.update(extra or {})
+        return env
+
+    def argv(self, argv: list[str], env: Mapping[str, str] | None = None) -> list[str]:
+        """The full command line that runs ``argv`` inside this sandbox with its limits.
+
+        Used by :meth:`run` and by long-lived sessions (a persistent shell).
+        """
+        inner = self._limit_args() + argv
+        if self.unsafe_local:
+            return inner
+        lim = self.limits
+        tmp_bytes = str(lim.disk_mb << 20)
+        args = ["bwrap"]
+        if self._privileged:
+            args += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                     "--unshare-cgroup-try"]
+        else:
+            args += ["--unshare-all"]
+        args += ["--die-with-parent", "--new-session", "--hostname", "sandbox",
+                 *_system_binds(), "--proc", "/proc", "--dev", "/dev",
+                 "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp",
+                 "--bind", str(self.workdir), TASK_PATH]
+        for inside, host in self.binds.items():
+            args += ["--bind", str(host), inside]
+        args += ["--chdir", TASK_PATH, "--clearenv"]
+        for key, value in self._env(env).items():
+            args += ["--setenv", key, value]
+        if self._privileged:
+            args += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
+                     "--inh-caps=-all", "--bounding-set=-all"]
+        return args + inner
+
+    def popen(self, argv: list[str], env: Mapping[str, str] | None = None,
+              **kwargs: object) -> subprocess.Popen:
+        """Start ``argv`` in the sandbox in its own process group (kill it with :func:`kill`)."""
+        if self._closed:
+            raise InfraError("sandbox is closed", str(self.workdir))
+        return subprocess.Popen(  # noqa: S603 - argv is built here, never through a shell
+            self.argv(argv, env), cwd=self.workdir,
+            env=self._env(env) if self.unsafe_local else {"PATH": SANDBOX_PATH},
+            start_new_session=True, **kwargs)  # type: ignore[arg-type]
+
+    def run(self, command: str, *, timeout_s: float | None = None, stdin: str | None = None,
+            env: Mapping[str, str] | None = None) -> CommandResult:
+        """Run ``bash -c command`` in the task directory; never raises for the command's faults.
+
+        ``timeout_s`` overrides ``limits.wall_s`` for this call. Raises
+        :class:`InfraError` only when the sandbox itself fails to start.
+        """
+        timeout = self.limits.wall_s if timeout_s is None else timeout_s
+        start = time.monotonic()
+        if (bad := _unpassable(command, *(env or {}).values(), *(env or {}))) is not None:
+            return CommandResult(2, "", f"tackroom: the command cannot be run: {bad}\n",
+                                 False, 0.0)
+        proc = self.popen(["bash", "-c", command], env,
+                          stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if stdin is not None:
+            threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()
+        out, err, timed_out = _drain(proc, start + timeout)
+        if timed_out:
+            kill(proc)
+        code = proc.wait()
+        duration = time.monotonic() - start
+        stdout = out.decode(errors="replace")
+        stderr = err.decode(errors="replace")
+        if (not self.unsafe_local and code == 1 and stderr.startswith("bwrap:")
+                and not stdout):
+            raise InfraError(f"the sandbox failed to start: {stderr.strip()[:300]}",
+                             str(self.workdir))
+        killed = "timeout" if timed_out else self._which_limit(code, stderr)
+        return CommandResult(code if not timed_out else -signal.SIGKILL, stdout, stderr,
+                             timed_out, duration, killed)
+
+    def _which_limit(self, code: int, stderr: str) -> str | None:
+        """Best-effort: which limit a finished command ran into, from its traces."""
+        low = stderr.lower()
+        if (code == 128 + signal.SIGXFSZ or "file too large" in low
+                or "no space left on device" in low or "disk quota" in low):
+            return "disk"
+        if self._covered_fd is None and _tree_size(self.workdir) > self.limits.disk_mb << 20:
+            return "disk"
+        if "fork: retry" in low or "resource temporarily unavailable" in low:
+            return "processes"
+        if ("cannot allocate" in low or "memoryerror" in low or "out of memory" in low
+                or "memory exhausted" in low or "bad_alloc" in low):
+            return "memory"
+        return None
+
+    def close(self) -> None:
+        """Copy the task directory's contents back from the tmpfs and release it."""
+        if self._closed:
+            return
+        self._closed = True
+        self._unmount(copy_back=True)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a forgotten sandbox must not leave its mount behind
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def _unpassable(*texts: str) -> str | None:
+    """Why these strings cannot be passed to a process (NUL, text that is not UTF-8)."""
+    for text in texts:
+        if "\x00" in text:
+            return "it contains a NUL character"
+        try:
+            os.fsencode(text)
+        except UnicodeEncodeError:
+            return "it is not valid UTF-8 text"
+    return None
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc``'s process group; in a sandbox that ends its whole pid namespace."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _feed(proc: subprocess.Popen, data: str) -> None:
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError, OSError):
+        proc.stdin.write(data.encode())
+        proc.stdin.close()
+
+
+def _drain(proc: subprocess.Popen, deadline: float) -> tuple[bytes, bytes, bool]:
+    """Read stdout and stderr until both close or ``deadline``; keep ``OUTPUT_CAP`` bytes each."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
+    sel = selectors.DefaultSelector()
+    for f in (proc.stdout, proc.stderr):
+        sel.register(f, selectors.EVENT_READ)
+    timed_out = False
+    try:
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(timeout=left):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                buf = bufs[key.fd]
+                if len(buf) < OUTPUT_CAP:
+                    buf += chunk[: OUTPUT_CAP - len(buf)]
+        if timed_out:
+            # Everything in the sandbox dies with it; a short, bounded drain after.
+            kill(proc)
+            end = time.monotonic() + 2.0
+            while sel.get_map() and time.monotonic() < end:
+                for key, _ in sel.select(timeout=0.1):
+                    if not os.read(key.fd, 65536):
+                        sel.unregister(key.fileobj)
+    finally:
+        sel.close()
+        proc.stdout.close()
+        proc.stderr.close()
+    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), timed_out

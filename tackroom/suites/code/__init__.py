@@ -1,0 +1,83 @@
+"""The ``code`` suite: repository repair with hidden tests, SWE-bench style, in small.
+
+Each task is a small stdlib-only Python package with a bug or a missing
+feature, an issue text, and hidden unittest tests split into *requirement*
+tests (fail before the fix, must pass: FAIL_TO_PASS) and *regression* tests
+(pass before, must still pass: PASS_TO_PASS). The agent works in a bubblewrap
+sandbox at ``/task``; ``Submit()`` runs the hidden tests. A failed episode
+carries a failure mode: ``dropped_requirement``, ``broke_existing``,
+``no_edit``, ``malformed_edits`` or ``budget_exhausted``.
+
+    suite = make_suite()
+    task = suite.tasks()[0]
+    env = suite.make_env(task)
+    obs = env.reset(seed=0)
+
+See docs/code.md for the task format and the coding harnesses.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tackroom.core.errors import TaskNotFound
+from tackroom.core.task import Expert, SimplePool, Task
+from tackroom.sandbox import Limits
+from tackroom.suites.code.env import DEFAULT_LIMITS, CodeEnv
+from tackroom.suites.code.evaluate import TestReport, failure_mode, run_hidden_tests
+from tackroom.suites.code.experts import FixExpert
+from tackroom.suites.code.tasks import FAILURE_MODES, CodeTask, FixEdit, load_tasks
+
+
+class CodeSuite:
+    """All code tasks, their experts, and a pool of sandboxed environments.
+
+    ``unsafe_local`` runs task commands directly on this machine, without
+    bubblewrap (no isolation): only for machines where the sandbox cannot run.
+    ``None`` follows the CLI's ``--unsafe-local`` (``TACKROOM_UNSAFE_LOCAL=1``).
+    """
+
+    name = "code"
+    #: What `tackroom eval --suite code` runs without --harness: the four families.
+    default_harnesses = ("edit-blocks", "aci-viewer", "codeact", "json-tools")
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS, unsafe_local: bool | None = None) -> None:
+        self.limits = limits
+        if unsafe_local is None:
+            unsafe_local = os.environ.get("TACKROOM_UNSAFE_LOCAL", "") not in ("", "0", "false",
+                                                                              "no")
+        self.unsafe_local = unsafe_local
+        self._tasks = load_tasks()
+
+    def tasks(self) -> list[Task]:
+        return [t.task for t in self._tasks.values()]
+
+    def code_task(self, task: Task | str) -> CodeTask:
+        """The full task data (files, tests, fix) for a task or task id."""
+        tid = task if isinstance(task, str) else task.id
+        found = self._tasks.get(tid)
+        if found is None or (isinstance(task, Task) and task.suite != self.name):
+            raise TaskNotFound(f"no code task {tid!r}", "code",
+                               "list them with `tackroom tasks --suite code`")
+        return found
+
+    def expert(self, task: Task) -> Expert | None:
+        if task.suite != self.name or task.id not in self._tasks:
+            return None
+        return FixExpert(self._tasks[task.id])
+
+    def make_env(self, task: Task) -> CodeEnv:
+        """A fresh environment for ``task`` (call ``reset(seed)`` on it)."""
+        return CodeEnv(self.code_task(task), limits=self.limits, unsafe_local=self.unsafe_local)
+
+    def pool(self, size: int | None = None) -> SimplePool:
+        """A new sandboxed environment per episode."""
+        return SimplePool(self.make_env, size or 1)
+
+
+def make_suite() -> CodeSuite:
+    return CodeSuite()
+
+
+__all__ = ["FAILURE_MODES", "CodeEnv", "CodeSuite", "CodeTask", "FixEdit", "FixExpert",
+           "TestReport", "failure_mode", "make_suite", "run_hidden_tests"]

@@ -1,0 +1,258 @@
+"""The terminal environment: one task directory, one sandbox, one episode.
+
+Actions:
+
+* ``Shell(cmd)`` runs ``bash -c cmd`` to completion in a fresh process (state
+  that lives in files persists; ``cd`` and variables do not) and shows its
+  output and exit code;
+* ``TypeText(keys)`` / ``Press(key)`` type into a persistent interactive
+  shell (started on first use) and show its screen;
+* ``Submit()`` ends the episode: the task's ``tests/test.sh`` runs in a fresh
+  sandbox against the task directory and its reward (1.0 = solved) decides.
+
+When the episode's own wall time (``task.toml``'s ``[agent] timeout_sec``)
+runs out, the tests run the same way and the episode ends, truncated.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from tackroom.core.actions import Action, Press, Shell, Submit, TypeText
+from tackroom.core.errors import ActionError, InfraError
+from tackroom.core.observation import Observation
+from tackroom.core.task import StepResult, Task
+from tackroom.sandbox import CommandResult, Limits, Sandbox
+from tackroom.suites.terminal.shell_session import KEYS, ShellSession
+from tackroom.suites.terminal.taskdir import TaskDir
+
+#: Characters of command output shown per command.
+OUTPUT_LIMIT = 6000
+
+
+class TerminalEnv:
+    """A live terminal task; ``reset`` lays the task out, ``step`` runs actions."""
+
+    blocking = True
+
+    def __init__(self, task: Task, td: TaskDir, *, unsafe_local: bool = False) -> None:
+        self.task = task
+        self.td = td
+        self.unsafe_local = unsafe_local
+        self.sandbox: Sandbox | None = None
+        self.session: ShellSession | None = None
+        self._tmp: Path | None = None
+        self._started = 0.0
+        self.done = False
+
+    # -- set-up -----------------------------------------------------------------------
+    @property
+    def limits(self) -> Limits:
+        td = self.td
+        return Limits(wall_s=td.command_timeout_s, memory_mb=td.memory_mb, disk_mb=td.disk_mb,
+                      episode_wall_s=td.agent_timeout_s)
+
+    @property
+    def workdir(self) -> Path:
+        assert self._tmp is not None, "reset() first"
+        return self._tmp / "task"
+
+    def _sandbox(self, limits: Limits, binds: dict[str, Path] | None = None) -> Sandbox:
+        """A sandbox on the task directory, also mounted at the task's own working dir."""
+        mounts = dict(binds or {})
+        if self.td.workdir != "/task":
+            mounts[self.td.workdir] = self.workdir
+        return Sandbox(self.workdir, limits, unsafe_local=self.unsafe_local, binds=mounts)
+
+    def reset(self, seed: int) -> Observation:
+        """Lay the task out in a fresh directory and open its sandbox (``seed`` is unused)."""
+        self.close()
+        self._tmp = Path(tempfile.mkdtemp(prefix=f"tackroom-{self.td.id}-"))
+        self.workdir.mkdir()
+        (self._tmp / "tmp").mkdir()
+        self.td.lay_out(self.workdir)
+        self.sandbox = self._sandbox(self.limits)
+        for cmd in self.td.setup:
+            res = self.sandbox.run(self._local(f"cd {self.td.workdir} && {cmd}"),
+                                   timeout_s=max(self.td.verifier_timeout_s, 30.0),
+                                   env=self._env())
+            if res.exit_code != 0:
+                raise InfraError(f"the task's environment set-up failed (exit {res.exit_code}): "
+                                 f"{res.output(300)!r}", str(self.td.path / "environment"),
+                                 "fix the Dockerfile's RUN command")
+        self.done = False
+        self._started = time.monotonic()
+        names = sorted(p.name + ("/" if p.is_dir() else "") for p in self.workdir.iterdir())
+        listing = "  ".join(names) if names else "(empty)"
+        return self._obs(f"Working directory: {self.td.workdir}\nFiles: {listing}\n")
+
+    def _obs(self, text: str) -> Observation:
+        lim = self.limits
+        left = max(0.0, lim.episode_wall_s - (time.monotonic() - self._started))
+        return Observation(instruction=self.td.instruction.strip(), text=text, extra={
+            "command_timeout_s": lim.wall_s, "episode_timeout_s": lim.episode_wall_s,
+            "episode_left_s": round(left, 1), "memory_mb": lim.memory_mb,
+            "disk_mb": lim.disk_mb, "workdir": self.td.workdir})
+
+    def _env(self) -> dict[str, str]:
+        """The task's ``ENV`` settings (and, without a sandbox, a private TMPDIR)."""
+        if self.unsafe_local and self._tmp is not None:
+            return {**self.td.env, "TMPDIR": str(self._tmp / "tmp")}
+        return dict(self.td.env)
+
+    def _local(self, script: str, binds: dict[str, Path] | None = None) -> str:
+        """Map sandbox paths to host paths when there is no sandbox (``--unsafe-local``)."""
+        if not self.unsafe_local:
+            return script
+        hosts = {"/task": str(self.workdir), self.td.workdir: str(self.workdir),
+                 "/tmp": str(self.workdir.parent / "tmp"),  # the sandbox's /tmp is its own
+                 **{k: str(v) for k, v in (binds or {}).items()}}
+        alts = "|".join(re.escape(p) for p in sorted(hosts, key=len, reverse=True))
+        # One pass, so that a host path put in is never rewritten again.
+        return re.sub(rf"(?<![\w.-])({alts})(?=[/\s'\";)]|$)",
+                      lambda m: hosts[m.group(1)], script, flags=re.M)
+
+    def _localize_dir(self, folder: Path, binds: dict[str, Path]) -> None:
+        """Rewrite sandbox paths in the text files of a copied tests/ or solution/ folder."""
+        if not self.unsafe_local:
+            return
+        for f in folder.rglob("*"):
+            try:
+                if f.is_file() and not f.is_symlink():
+                    f.write_text(self._local(f.read_text(), binds))
+            except (UnicodeDecodeError, OSError):
+                continue
+
+    # -- acting -----------------------------------------------------------------------
+    def _left(self) -> float:
+        return self.limits.episode_wall_s - (time.monotonic() - self._started)
+
+    def step(self, action: Action) -> StepResult:
+        if self.sandbox is None or self.done:
+            raise ActionError("the episode is over; call reset(seed) to start a new one")
+        if self._left() <= 0:
+            return self._finish(truncated=True)
+        if isinstance(action, Submit):
+            return self._finish(truncated=False)
+        if isinstance(action, Shell):
+            timeout = max(0.1, min(self.limits.wall_s, self._left()))
+            res = self.sandbox.run(self._local(action.cmd), timeout_s=timeout, env=self._env())
+            text = _show(action.cmd, res)
+        elif isinstance(action, (TypeText, Press)):
+            text = self._type(action)
+        else:
+            raise ActionError(f"the terminal suite does not support {action.kind!r} actions; "
+                              "run shell commands, type keys, or submit")
+        if self._left() <= 0:
+            return self._finish(truncated=True)
+        return StepResult(self._obs(text), 0.0, False)
+
+    def _type(self, action: TypeText | Press) -> str:
+        if isinstance(action, Press):
+            data = KEYS.get(action.key)
+            if data is None:
+                raise ActionError(f"unknown key {action.key!r}; keys: {', '.join(KEYS)}")
+            wait = 1.0
+        else:
+            data = self._local(action.text).encode(errors="replace")
+            # The keystroke harness says how long to wait (TypeKeys.wait_s); capped at wall_s.
+            wait = float(getattr(action, "wait_s", self.limits.wall_s))
+        assert self.sandbox is not None
+        if self.session is None:
+            self.session = ShellSession(self.sandbox)
+        self.session.send(data, min(wait, max(0.1, self._left())))
+        return self.session.screen
+
+    # -- verifying --------------------------------------------------------------------
+    def _finish(self, truncated: bool) -> StepResult:
+        """Stop the agent's processes, run the tests, end the episode with their reward."""
+        self.done = True
+        if self.session is not None:
+            self.session.wait_idle(max(0.0, min(self.limits.wall_s, self._left())))
+            self.session.close()
+            self.session = None
+        assert self.sandbox is not None
+        self.sandbox.close()
+        reward, res = self.verify()
+        info = {"tests_exit": res.exit_code, "tests_output": res.output(2000)}
+        text = f"Tests finished: reward {reward:g}.\n"
+        return StepResult(self._obs(text), reward, not truncated, truncated, reward >= 1.0, info)
+
+    def verify(self) -> tuple[float, CommandResult]:
+        """Run ``tests/test.sh`` in a fresh sandbox on the task directory; (reward, result)."""
+        assert self._tmp is not None
+        tests, logs = self._tmp / "tests", self._tmp / "logs"
+        shutil.rmtree(tests, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
+        shutil.copytree(self.td.tests, tests)
+        (logs / "verifier").mkdir(parents=True)
+        limits = Limits(wall_s=self.td.verifier_timeout_s, memory_mb=max(self.td.memory_mb, 512),
+                        disk_mb=self.td.disk_mb)
+        binds = {"/tests": tests, "/logs": logs}
+        self._localize_dir(tests, binds)
+        with self._sandbox(limits, binds) as box:
+            self.sandbox = box
+            res = box.run(self._local(f"cd {self.td.workdir} && bash /tests/test.sh", binds),
+                          env=self._env())
+        return _reward(logs / "verifier"), res
+
+    def run_solution(self) -> CommandResult:
+        """Run ``solution/solve.sh`` in the sandbox (for checking a task, not for agents)."""
+        if self.td.solution is None or self.sandbox is None:
+            raise InfraError("the task has no solution/solve.sh", str(self.td.path))
+        assert self._tmp is not None
+        solution = self._tmp / "solution"
+        shutil.copytree(self.td.solution.parent, solution, dirs_exist_ok=True)
+        self.sandbox.close()
+        binds = {"/solution": solution}
+        self._localize_dir(solution, binds)
+        with self._sandbox(self.limits, binds) as box:
+            self.sandbox = box
+            res = box.run(self._local(f"cd {self.td.workdir} && bash /solution/solve.sh", binds),
+                          timeout_s=max(self.td.verifier_timeout_s, self.limits.wall_s),
+                          env=self._env())
+        self.sandbox = self._sandbox(self.limits)
+        return res
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+
+def _show(cmd: str, res: CommandResult) -> str:
+    """A command and its result as the model sees them."""
+    shown = cmd if len(cmd) <= 400 else cmd[:400] + f" … ({len(cmd) - 400} more characters)"
+    body = res.output(OUTPUT_LIMIT)
+    status = f"[exit code {res.exit_code}]" if not res.timed_out else ""
+    return f"$ {shown}\n{body}{'' if body.endswith(chr(10)) or not body else chr(10)}{status}"
+
+
+def _reward(verifier: Path) -> float:
+    """Harbor's reward: ``reward.txt`` (a number) or ``reward.json`` (``reward`` or the mean)."""
+    txt, js = verifier / "reward.txt", verifier / "reward.json"
+    try:
+        if txt.is_file():
+            return float(txt.read_text().strip().split()[0])
+        if js.is_file():
+            data = json.loads(js.read_text())
+            if isinstance(data, (int, float)):
+                return float(data)
+            if "reward" in data:
+                return float(data["reward"])
+            values = [float(v) for v in data.values() if isinstance(v, (int, float))]
+            return sum(values) / len(values) if values else 0.0
+    except (ValueError, IndexError, TypeError, AttributeError, json.JSONDecodeError):
+        return 0.0
+    return 0.0

@@ -1,0 +1,287 @@
+"""Harbor task directories (and Terminal-Bench's older ``task.yaml`` layout), read and laid out.
+
+A Harbor task directory::
+
+    instruction.md        what the agent is asked to do
+    task.toml             [metadata] difficulty/category/tags, [agent] timeout_sec,
+                          [verifier] timeout_sec, [environment] memory_mb, [tackroom] ...
+    environment/          files laid out in the task's working directory; an optional
+                          environment/Dockerfile is read as a small subset (see below)
+    tests/test.sh         the verifier: writes a reward to /logs/verifier/reward.txt
+    solution/solve.sh     the reference solution (optional)
+
+There is no Docker here: the sandbox's read-only system *is* the image. Of a
+Dockerfile, ``WORKDIR`` (where the task directory is also mounted, ``/app``
+by convention), ``COPY``/``ADD`` of local files into it, ``ENV`` and ``RUN``
+(executed once in the sandbox when the task is laid out) are honoured;
+``FROM``, ``CMD`` and friends are ignored. What needs the network or Docker
+itself (package installs, downloads, ``docker-compose`` services, a prebuilt
+image) makes a task *unsupported*, with the reason — see :func:`check_supported`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tackroom.core.errors import ConfigError
+
+#: Commands that fetch from the network or need Docker; a task using them is skipped.
+_NETWORK = re.compile(
+    r"(?<![\w./-])(apt-get|apt|apk|yum|dnf|pip3?|pipx|uv|uvx|poetry|conda|mamba|npm|npx|yarn|"
+    r"pnpm|curl|wget|docker|cargo\s+install|go\s+(?:get|install)|git\s+clone|gem\s+install)"
+    r"(?![\w.-])")
+#: Where a task's working directory may not be mounted (the system and the verifier's paths).
+_RESERVED = ("/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/dev", "/tmp",
+             "/logs", "/tests", "/solution", "/sys", "/root", "/home", "/var", "/run")
+_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")
+
+
+@dataclass
+class TaskDir:
+    """One task directory, parsed and checked.
+
+    ``workdir`` is the path the task expects to work in (``WORKDIR``;
+    ``/app`` for imported tasks by default, ``/task`` when there is no
+    Dockerfile); the sandbox mounts the task directory at ``/task`` *and*
+    there. ``setup`` are the Dockerfile's ``RUN`` commands, run once at layout.
+    """
+
+    id: str
+    path: Path
+    instruction: str
+    workdir: str = "/task"
+    copies: list[tuple[str, str]] = field(default_factory=list)  # (src in environment/, dest)
+    setup: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    agent_timeout_s: float = 300.0
+    verifier_timeout_s: float = 60.0
+    command_timeout_s: float = 10.0
+    memory_mb: int = 512
+    disk_mb: int = 64
+    category: str = ""
+    difficulty: str = ""
+    tags: tuple[str, ...] = ()
+    docker_image: str = ""  # a prebuilt image named in task.toml: needs Docker
+
+    @property
+    def tests(self) -> Path:
+        return self.path / "tests"
+
+    @property
+    def solution(self) -> Path | None:
+        p = self.path / "solution" / "solve.sh"
+        return p if p.is_file() else None
+
+    @property
+    def description(self) -> str:
+        for line in self.instruction.splitlines():
+            line = line.strip().lstrip("#").strip()
+            if line:
+                return line[:100]
+        return ""
+
+    def lay_out(self, dest: Path) -> None:
+        """Copy the environment's files into ``dest`` (the host side of the task dir)."""
+        env = self.path / "environment"
+        if not (env / "Dockerfile").is_file():
+            # No Dockerfile: the environment folder *is* the task directory's content.
+            if env.is_dir():
+                shutil.copytree(env, dest, symlinks=True, dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("Dockerfile"))
+            return
+        for src, target in self.copies:
+            rel = _under(target, self.workdir)
+            assert rel is not None  # checked at load time
+            source = (env / src).resolve()
+            out = dest / rel
+            if source.is_dir():
+                shutil.copytree(source, out, symlinks=True, dirs_exist_ok=True)
+            else:
+                if target.endswith("/") or out.is_dir():
+                    out = out / source.name
+                out.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, out)
+
+
+def _under(path: str, root: str) -> str | None:
+    """``path`` relative to ``root`` (relative paths are under it), or ``None`` if outside."""
+    if not path.startswith("/"):
+        return path.strip("/") or "."
+    root = root.rstrip("/")
+    if path.rstrip("/") == root:
+        return "."
+    if path.startswith(root + "/"):
+        return path[len(root) + 1:].strip("/") or "."
+    return None
+
+
+def _bad(what: str, where: Path, fix: str) -> ConfigError:
+    return ConfigError(what, str(where), fix)
+
+
+def load_task(path: Path) -> TaskDir:
+    """Read a Harbor task directory; a clear :class:`ConfigError` when it is malformed."""
+    path = Path(path)
+    if not path.is_dir():
+        raise _bad("no such task directory", path, "pass a directory with instruction.md, "
+                   "task.toml and tests/test.sh")
+    task_id = path.name.lower()
+    if not _ID.match(task_id):
+        raise _bad(f"task id {path.name!r} is not a valid id", path,
+                   "name the directory with lowercase letters, digits, '.', '_' or '-'")
+    instr = path / "instruction.md"
+    if not instr.is_file():
+        raise _bad("missing instruction.md", path, "write the task's instruction there")
+    if not (path / "tests" / "test.sh").is_file():
+        raise _bad("missing tests/test.sh", path,
+                   "add a verifier that writes the reward to /logs/verifier/reward.txt")
+    meta: dict[str, Any] = {}
+    toml_path = path / "task.toml"
+    if toml_path.is_file():
+        try:
+            meta = tomllib.loads(toml_path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise _bad(f"task.toml is not valid TOML ({e})", toml_path, "fix the file") from None
+    td = TaskDir(task_id, path.resolve(), instr.read_text(errors="replace"))
+    try:
+        _apply_meta(td, meta)
+    except (TypeError, ValueError) as e:
+        raise _bad(f"task.toml has a bad value ({e})", toml_path, "fix the file") from None
+    dockerfile = path / "environment" / "Dockerfile"
+    if dockerfile.is_file():
+        td.workdir = "/app"
+        try:
+            _read_dockerfile(td, dockerfile)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise _bad(f"cannot read the Dockerfile ({e})", dockerfile, "fix the file") from None
+    return td
+
+
+def _apply_meta(td: TaskDir, meta: dict[str, Any]) -> None:
+    md = meta.get("metadata", {})
+    td.category = str(md.get("category", ""))
+    td.difficulty = str(md.get("difficulty", ""))
+    td.tags = tuple(str(t) for t in md.get("tags", []))
+    td.agent_timeout_s = float(meta.get("agent", {}).get("timeout_sec", td.agent_timeout_s))
+    td.verifier_timeout_s = float(meta.get("verifier", {}).get("timeout_sec",
+                                                                td.verifier_timeout_s))
+    env = meta.get("environment", {})
+    td.docker_image = str(env.get("docker_image", "") or "")
+    # Harbor sizes containers generously (2 GB+); the sandbox keeps its own, smaller caps.
+    td.memory_mb = min(int(env.get("memory_mb", td.memory_mb)), 2048)
+    own = meta.get("tackroom", {})
+    td.command_timeout_s = float(own.get("command_timeout_sec", td.command_timeout_s))
+    td.memory_mb = int(own.get("memory_mb", td.memory_mb))
+    td.disk_mb = int(own.get("disk_mb", td.disk_mb))
+    if td.agent_timeout_s <= 0 or td.verifier_timeout_s <= 0 or td.command_timeout_s <= 0:
+        raise ValueError("timeouts must be positive")
+
+
+def _dockerfile_lines(text: str) -> list[tuple[str, str]]:
+    """(instruction, arguments) pairs, with ``\\`` continuations joined and comments dropped."""
+    out: list[tuple[str, str]] = []
+    buf = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not buf and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        word, _, rest = buf.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+        buf = ""
+    if buf.strip():
+        word, _, rest = buf.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+    return out
+
+
+def _read_dockerfile(td: TaskDir, dockerfile: Path) -> None:
+    """Honour the Dockerfile subset; anything that needs Docker is left to check_supported."""
+    for word, rest in _dockerfile_lines(dockerfile.read_text()):
+        if word == "WORKDIR":
+            td.workdir = rest.rstrip("/") or "/"
+        elif word in ("COPY", "ADD"):
+            args = [a for a in shlex.split(rest) if not a.startswith("--")]
+            if rest.startswith("["):
+                args = [a.strip(' "[],') for a in rest.split(",")]
+            if len(args) >= 2:
+                td.copies += [(src, args[-1]) for src in args[:-1]]
+        elif word == "ENV":
+            if "=" in rest.split(" ", 1)[0]:
+                for pair in shlex.split(rest):
+                    key, _, value = pair.partition("=")
+                    td.env[key] = value
+            else:
+                key, _, value = rest.partition(" ")
+                td.env[key] = value.strip()
+        elif word == "RUN":
+            td.setup.append(rest)
+
+
+def check_supported(td: TaskDir) -> str | None:
+    """Why this task cannot run in the sandbox (``None`` if it can)."""
+    root = td.path
+    for name in ("docker-compose.yaml", "docker-compose.yml"):
+        for where in (root, root / "environment"):
+            if (where / name).is_file() and _compose_services(where / name) > 1:
+                return f"{where.name}/{name} starts extra services (needs Docker)"
+    df = root / "environment" / "Dockerfile"
+    if td.docker_image:
+        return f"task.toml runs the prebuilt image {td.docker_image} (needs Docker)"
+    if td.workdir in _RESERVED or not td.workdir.startswith("/"):
+        return f"its working directory {td.workdir} cannot be mounted in the sandbox"
+    for src, dest in td.copies:
+        if src.startswith(("http://", "https://")):
+            return f"the Dockerfile downloads {src} (needs the network)"
+        if "*" in src or "?" in src:
+            return f"the Dockerfile copies a glob ({src}); copy files by name"
+        source = (root / "environment" / src).resolve()
+        if not source.exists() or not source.is_relative_to((root / "environment").resolve()):
+            return f"the Dockerfile copies {src}, which is not in environment/"
+        if _under(dest, td.workdir) is None:
+            return f"the Dockerfile copies to {dest}, outside the working directory {td.workdir}"
+    for cmd in td.setup:
+        if m := _NETWORK.search(cmd):
+            return f"environment/Dockerfile runs '{m.group(0)}' (needs the network)"
+    scripts = [root / "tests" / "test.sh", *sorted((root / "tests").glob("*.sh"))]
+    for script in scripts:
+        m = _NETWORK.search(_code(script.read_text(errors="replace")))
+        if m:
+            return f"tests/{script.name} runs '{m.group(0)}' (needs the network)"
+    if df.is_file() and any(w == "FROM" and "scratch" in r for w, r in
+                            _dockerfile_lines(df.read_text())):
+        return "the Dockerfile builds FROM scratch (needs its own image)"
+    return None
+
+
+def _code(script: str) -> str:
+    """A shell script without its comments (a comment never needs the network)."""
+    return "\n".join(line.split(" #", 1)[0] for line in script.splitlines()
+                     if not line.lstrip().startswith("#"))
+
+
+def _compose_services(path: Path) -> int:
+    """How many services a compose file declares (indentation-based, no YAML needed)."""
+    count, inside, indent = 0, False, None
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        lead = len(line) - len(line.lstrip())
+        if lead == 0:
+            inside = line.strip().startswith("services:")
+            indent = None
+            continue
+        if inside:
+            indent = lead if indent is None else indent
+            if lead == indent and line.strip().endswith(":"):
+                count += 1
+    return count

@@ -1,0 +1,5 @@
+#!/bin/bash
+SRC=data
+DEST=backup
+mkdir -p "$DEST"
+cp -r "$SRC"/. "$DST"/

@@ -1,0 +1,3 @@
+#!/bin/bash
+sed -i 's/\$DST/$DEST/' backup.sh
+bash backup.sh

@@ -1,0 +1,2 @@
+#!/bin/bash
+git -C repo log -S SECRET_TOKEN --format=%H --reverse | head -1 > answer.txt

@@ -1,0 +1,4 @@
+#!/bin/bash
+cd repo
+git checkout -q main
+git merge -q --no-ff feature -m "Merge branch feature"

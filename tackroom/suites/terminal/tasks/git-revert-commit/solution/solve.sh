@@ -1,0 +1,3 @@
+#!/bin/bash
+cd repo
+git revert --no-edit HEAD

@@ -1,0 +1,2 @@
+#!/bin/bash
+grep -E '^[0-9-]+ 10:' app.log > window.log

@@ -1,0 +1,5 @@
+#!/bin/bash
+cd inbox
+for f in *.*; do
+  ext="${f##*.}"; mkdir -p "../$ext"; mv -- "$f" "../$ext/"
+done

@@ -1,0 +1,3 @@
+#!/bin/bash
+chmod u+x scripts/*.sh
+chmod 600 secrets.txt

@@ -1,0 +1,6 @@
+#!/bin/bash
+cd photos
+for f in *; do
+  n=$(printf '%s' "$f" | tr 'A-Z ' 'a-z_')
+  [ "$f" = "$n" ] || mv -- "$f" "$n"
+done

@@ -1,0 +1,3 @@
+from lib import foo_api
+
+foo_api.run()

@@ -1,0 +1,2 @@
+#!/bin/bash
+find src -name '*.py' -exec sed -i 's/foo_api/bar_api/g' {} +

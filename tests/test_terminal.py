@@ -1,0 +1,347 @@
+"""The terminal suite: built-in tasks, both shell harnesses, experts, import, limits shown.
+
+Everything runs in the real bubblewrap sandbox; the expert runs go through the
+real CLI and runner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tackroom.core.actions import Press, Shell, Submit, TypeText
+from tackroom.core.policy import PolicyResponse, ToolCall
+from tackroom.harness.session import HarnessSession
+from tackroom.harness.spec import load_harness
+from tackroom.records import RecordStore
+from tackroom.sandbox import sandbox_available
+from tackroom.suites import get_suite
+from tackroom.suites.terminal import TerminalSuite
+from tackroom.suites.terminal.check import check_task
+from tackroom.suites.terminal.importer import import_tasks
+from tackroom.suites.terminal.taskdir import load_task
+
+pytestmark = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap cannot run here")
+TACKROOM = [sys.executable, "-m", "tackroom.cli"]
+
+
+def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
+        timeout: float = 300) -> subprocess.CompletedProcess:
+    full = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}
+    return subprocess.run([*TACKROOM, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=full)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory) -> TerminalSuite:
+    return TerminalSuite(unsafe_local=False, store=tmp_path_factory.mktemp("empty-store"))
+
+
+def write_task(root: Path, name: str, *, instruction: str = "Create done.txt.",
+               test: str = '[ -f done.txt ] && echo 1 > /logs/verifier/reward.txt || '
+                           'echo 0 > /logs/verifier/reward.txt',
+               solve: str | None = "touch done.txt", toml: str = "",
+               env: dict[str, str] | None = None) -> Path:
+    d = root / name
+    (d / "tests").mkdir(parents=True)
+    (d / "instruction.md").write_text(instruction + "\n")
+    (d / "task.toml").write_text('version = "1.0"\n' + toml)
+    (d / "tests" / "test.sh").write_text("#!/bin/bash\n" + test + "\n")
+    if solve is not None:
+        (d / "solution").mkdir()
+        (d / "solution" / "solve.sh").write_text("#!/bin/bash\n" + solve + "\n")
+    for rel, text in (env or {}).items():
+        (d / "environment" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / "environment" / rel).write_text(text)
+    return d
+
+
+# -- the built-in tasks ------------------------------------------------------------------------
+def test_builtin_tasks_cover_the_categories(suite):
+    tasks = suite.tasks()
+    assert len(tasks) >= 30
+    cats = Counter(t.meta["category"] for t in tasks)
+    for cat in ("file-operations", "text-processing", "data-wrangling", "scripting", "git"):
+        assert cats[cat] >= 5, cats
+    assert all(t.has_expert and t.requires == {"shell", "submit"} for t in tasks)
+    assert all(t.description for t in tasks)
+
+
+@pytest.mark.slow
+def test_every_solution_passes_and_every_untouched_task_fails(suite):
+    """Each task's tests run twice in the sandbox: on the untouched task, and after solve.sh."""
+    dirs = list(suite.task_dirs().values())
+    with ThreadPoolExecutor(4) as pool:
+        checks = list(pool.map(check_task, dirs))
+    bad = [(c.id, c.unsolved, c.solved, c.solve_output[-300:], c.tests_output[-300:])
+           for c in checks if not c.ok]
+    assert not bad
+    assert all(c.unsolved == 0.0 and c.solved == 1.0 for c in checks)
+
+
+@pytest.mark.slow
+def test_expert_solves_every_task_through_both_shell_harnesses(tmp_path):
+    """`tackroom eval --suite terminal --policy expert`: the real CLI, runner and parsers."""
+    db = str(tmp_path / "r.duckdb")
+    p = cli("eval", "--suite", "terminal", "--policy", "expert", "--seeds", "0", "-n", "8",
+            "--db", db, cwd=tmp_path, env={"TACKROOM_TASKS": str(tmp_path / "none")})
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    with RecordStore(db) as store:
+        (run,) = store.runs()
+        rows = store.episodes(run_id=run["run_id"])
+    n_tasks = len(TerminalSuite(store=tmp_path / "none").tasks())
+    assert Counter(r["harness"] for r in rows) == {"terminal-bash": n_tasks,
+                                                    "terminal-keys": n_tasks}
+    failed = [(r["task"], r["harness"], r["outcome"], r["error"]) for r in rows
+              if r["outcome"] != "success"]
+    assert not failed
+    assert all(r["parse_errors"] == 0 for r in rows)
+
+
+# -- the environment and what the model sees ---------------------------------------------------
+def test_command_harness_shows_output_exit_code_and_the_limits(tmp_path):
+    write_task(tmp_path / "store", "sums", env={"sales.csv": "date,region,product,amount\n"},
+               toml="[agent]\ntimeout_sec = 90\n[tackroom]\ncommand_timeout_sec = 1.0\n")
+    suite = TerminalSuite(store=tmp_path / "store")
+    env = suite.make_env(suite.task("sums"))
+    try:
+        obs = env.reset(0)
+        session = HarnessSession(load_harness("terminal-bash"), obs.instruction)
+        first = session.render(obs)
+        assert "sales.csv" in first
+        assert "each command may run 1 s" in first and "the episode 90 s" in first
+        parsed = session.parse(PolicyResponse(text="Let me look.\n```bash\ncd /tmp\nhead -2 "
+                                              "/task/sales.csv; false\n```\n```sh\npwd\n```"))
+        assert parsed.error is None and parsed.actions == [
+            Shell("cd /tmp\nhead -2 /task/sales.csv; false"), Shell("pwd")]
+        step = env.step(parsed.actions[0])
+        text = session.render(step.observation)
+        assert "date,region,product,amount" in text and "[exit code 1]" in text
+        assert "s left)" in text  # the episode clock, every turn
+        assert "/task" in env.step(parsed.actions[1]).observation.text  # cd did not persist
+        slow = env.step(Shell("echo begun; sleep 30"))
+        assert "begun" in slow.observation.text and "timed out after" in slow.observation.text
+        done = env.step(Submit())
+        assert done.terminated and done.success is False and done.reward == 0.0
+    finally:
+        env.close()
+
+
+def test_keystroke_harness_keeps_a_live_shell(tmp_path):
+    write_task(tmp_path / "store", "live", toml="[tackroom]\ncommand_timeout_sec = 2.0\n")
+    suite = TerminalSuite(store=tmp_path / "store")
+    env = suite.make_env(suite.task("live"))
+    try:
+        env.reset(0)
+        h = HarnessSession(load_harness("terminal-keys"), "task")
+        assert h.tools and {t["function"]["name"] for t in h.tools} == {"send_keys", "submit"}
+
+        def keys(k: str, wait: float | None = None) -> str:
+            args = {"keystrokes": k, **({"wait_s": wait} if wait is not None else {})}
+            call = ToolCall("c1", "send_keys", json.dumps(args))
+            parsed = h.parse(PolicyResponse(tool_calls=[call]))
+            assert parsed.error is None, parsed.error
+            return env.step(parsed.actions[0]).observation.text
+
+        keys("mkdir sub && cd sub && export NAME=Ada\n")
+        screen = keys("pwd; echo $NAME\n")
+        assert "/task/sub\nAda" in screen  # cd and variables persist
+        screen = keys("sleep 30\n", wait=0.3)
+        assert screen.rstrip().endswith("sleep 30")  # still running: no prompt yet
+        screen = keys("C-c")
+        assert screen.rstrip().endswith("$")  # interrupted: back at the prompt
+        screen = keys("sleep 30\n", wait=60)  # runs into the 2 s per-command limit
+        assert "per-command limit: sent C-c" in screen
+        rendered = h.render(env.step(TypeText("echo back\n")).observation)
+        assert "back" in rendered and "each command may run 2 s" in rendered
+        keys("cd /task && touch done.txt\n")
+        done = env.step(Submit())
+        assert done.terminated and done.success and done.reward == 1.0
+    finally:
+        env.close()
+    assert env.session is None
+
+
+def test_episode_wall_time_ends_the_episode_with_the_tests_verdict(tmp_path):
+    write_task(tmp_path / "store", "quick", toml="[agent]\ntimeout_sec = 1.5\n")
+    suite = TerminalSuite(store=tmp_path / "store")
+    env = suite.make_env(suite.task("quick"))
+    try:
+        obs = env.reset(0)
+        assert obs.extra["episode_timeout_s"] == 1.5
+        env.step(Shell("touch done.txt"))
+        res = env.step(Shell("sleep 5"))  # capped by the time the episode has left
+        if not res.truncated:
+            res = env.step(Shell("true"))
+        assert res.truncated and not res.terminated and res.success and res.reward == 1.0
+    finally:
+        env.close()
+
+
+def test_reward_json_and_dockerfile_subset(tmp_path):
+    d = write_task(tmp_path, "jsonreward",
+                   test='python3 -c "import json; json.dump({\'reward\': 1.0 if open(\'/app/'
+                        'out.txt\').read() == \'$GREETING\\\\n\' else 0.0}, '
+                        'open(\'/logs/verifier/reward.json\', \'w\'))"',
+                   solve='echo "$GREETING" > out.txt',
+                   env={"Dockerfile": "FROM ubuntu:24.04\nWORKDIR /app\nCOPY data.txt /app/\n"
+                                      "ENV GREETING=hello\nRUN cp data.txt copy.txt\n",
+                        "data.txt": "x\n", "unused.txt": "not copied\n"})
+    td = load_task(d)
+    assert (td.workdir, td.env, td.setup) == ("/app", {"GREETING": "hello"}, ["cp data.txt copy.txt"])
+    check = check_task(td)
+    assert check.ok and check.solved == 1.0, check
+
+
+# -- import ------------------------------------------------------------------------------------
+def _terminal_bench_task(root: Path, name: str, *, run_tests: str | None, compose: str = "",
+                         solution_yaml: bool = False) -> Path:
+    d = root / name
+    (d / "tests").mkdir(parents=True)
+    (d / "task.yaml").write_text(
+        "# a Terminal-Bench task\ninstruction: |-\n  Write the word 'tackroom' into\n"
+        "  /app/answer.txt.\nauthor_email: someone@example.com\ndifficulty: easy\n"
+        "category: file-operations\ntags:\n  - files\nparser_name: pytest\n"
+        "max_agent_timeout_sec: 60.0\nmax_test_timeout_sec: 30.0\n")
+    (d / "Dockerfile").write_text("FROM ghcr.io/laude-institute/t-bench/python-3-13:20250620\n"
+                                  "WORKDIR /app\nCOPY seed.txt /app/seed.txt\n")
+    (d / "seed.txt").write_text("seed\n")
+    (d / "docker-compose.yaml").write_text(compose or (
+        "services:\n  client:\n    build:\n      dockerfile: Dockerfile\n"
+        "    command: [\"sh\", \"-c\", \"sleep infinity\"]\n"))
+    (d / "tests" / "check_answer.sh").write_text(
+        "grep -qx tackroom /app/answer.txt && [ -f /app/seed.txt ]\n")
+    if run_tests is not None:
+        (d / "run-tests.sh").write_text(run_tests)
+    if solution_yaml:
+        (d / "solution.yaml").write_text("- command: echo tackroom > answer.txt\n"
+                                         "  min_timeout_sec: 1\n")
+    else:
+        (d / "solution.sh").write_text("#!/bin/bash\necho tackroom > /app/answer.txt\n")
+    return d
+
+
+def test_import_harbor_and_terminal_bench_skipping_what_needs_docker(tmp_path):
+    src = tmp_path / "src"
+    write_task(src, "harbor-ok", env={"notes.txt": "hello\n"})
+    write_task(src, "harbor-apt", env={"Dockerfile": "FROM ubuntu\nRUN apt-get update && "
+                                                     "apt-get install -y jq\n"})
+    write_task(src, "harbor-pip-tests", test="pip install pytest && pytest /tests")
+    (src / "broken").mkdir()
+    (src / "broken" / "instruction.md").write_text("no tests here\n")
+    _terminal_bench_task(src, "tb-ok", run_tests="#!/bin/bash\nbash $TEST_DIR/check_answer.sh\n")
+    _terminal_bench_task(src, "tb-yaml-solution", run_tests="bash /tests/check_answer.sh\n",
+                         solution_yaml=True)
+    _terminal_bench_task(src, "tb-uv", run_tests="uv run pytest $TEST_DIR/test_outputs.py -rA\n")
+    _terminal_bench_task(src, "tb-no-run-tests", run_tests=None)
+    _terminal_bench_task(src, "tb-services", run_tests="bash /tests/check_answer.sh\n",
+                         compose="services:\n  client:\n    build: .\n  redis:\n"
+                                 "    image: redis\n")
+    store = tmp_path / "store"
+    results = {r.id: r for r in import_tasks(src, store)}
+    assert {k for k, r in results.items() if r.imported} == {
+        "harbor-ok", "tb-ok", "tb-yaml-solution"}
+    assert "apt-get" in results["harbor-apt"].reason and "network" in results["harbor-apt"].reason
+    assert "pip" in results["harbor-pip-tests"].reason
+    assert "tests/test.sh" in results["broken"].reason
+    assert "'uv'" in results["tb-uv"].reason
+    assert "run-tests.sh" in results["tb-no-run-tests"].reason
+    assert "services" in results["tb-services"].reason
+    imported = load_task(store / "tb-ok")
+    assert imported.instruction.startswith("Write the word 'tackroom'")
+    assert (imported.workdir, imported.agent_timeout_s) == ("/app", 60.0)
+    for name in ("tb-ok", "tb-yaml-solution", "harbor-ok"):
+        check = check_task(load_task(store / name))
+        assert check.ok and check.solved == 1.0, (name, check)
+
+
+def test_cli_import_then_eval_the_imported_task(tmp_path):
+    src = tmp_path / "src"
+    _terminal_bench_task(src, "tb-cli", run_tests="bash $TEST_DIR/check_answer.sh\n")
+    write_task(src, "needs-net", test="curl -s http://example.com > /dev/null")
+    env = {"TACKROOM_TASKS": str(tmp_path / "tasks")}
+    p = cli("tasks", "import", str(src), cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "imported tb-cli" in p.stdout
+    assert "skipped  needs-net: tests/test.sh runs 'curl' (needs the network)" in p.stdout
+    listing = cli("tasks", "--suite", "terminal", cwd=tmp_path, env=env)
+    assert "tb-cli" in listing.stdout and "csv-column-sum" in listing.stdout
+    db = str(tmp_path / "r.duckdb")
+    p = cli("eval", "--suite", "terminal", "--tasks", "tb-cli", "--seeds", "0", "--db", db,
+            cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("100%") >= 2  # both harnesses
+
+
+def test_bad_input_is_one_clear_line(tmp_path):
+    err = one_line_error(cli("tasks", "import", str(tmp_path / "nope"), cwd=tmp_path))
+    assert "no such directory" in err
+    (tmp_path / "empty").mkdir()
+    err = one_line_error(cli("tasks", "import", str(tmp_path / "empty"), cwd=tmp_path))
+    assert "no task directories found" in err
+    err = one_line_error(cli("eval", "--suite", "terminal", "--tasks", "no-such-task",
+                             "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path))
+    assert "no-such-task" in err
+    write_task(tmp_path / "tasks" / "terminal", "bad-toml", toml="[agent\n")
+    err = one_line_error(cli("tasks", "--suite", "terminal", cwd=tmp_path,
+                             env={"TACKROOM_TASKS": str(tmp_path / "tasks")}))
+    assert "task.toml is not valid TOML" in err and "bad-toml" in err
+
+
+# -- the two shell parsers ---------------------------------------------------------------------
+def test_bash_block_parser_reads_blocks_and_submit():
+    h = HarnessSession(load_harness("terminal-bash"), "t")
+
+    def parse(text: str):
+        return h.parse(PolicyResponse(text=text))
+
+    assert parse("```bash\nls\n```\nsubmit").actions == [Shell("ls"), Submit()]
+    assert parse("All done.\n\nSubmit.").actions == [Submit()]
+    assert parse("```python\nprint(1)\n```\n```\necho plain\n```").actions == [
+        Shell("echo plain")]
+    assert "only ```bash blocks run" in parse("```python\nprint(1)\n```").error
+    assert "not closed" in parse("```bash\nls -la\n").error
+    assert "no ```bash block" in parse("I think we should list the files.").error
+    # Commands that contain ``` survive the expert's encoding and the parser.
+    cmd = "cat > README.md <<'EOF'\n```\ncode\n```\nEOF"
+    encoded = h.encode([Shell(cmd), Submit()], obs=None)  # type: ignore[arg-type]
+    assert h.parse(encoded).actions == [Shell(cmd), Submit()]
+
+
+def test_terminal_tool_parser_and_key_names():
+    h = HarnessSession(load_harness("terminal-keys"), "t")
+
+    def parse(*calls: tuple[str, str]):
+        return h.parse(PolicyResponse(tool_calls=[ToolCall(f"c{i}", n, a)
+                                                  for i, (n, a) in enumerate(calls)]))
+
+    (typed,) = parse(("send_keys", '{"keystrokes": "ls\\n"}')).actions
+    assert isinstance(typed, TypeText) and typed.text == "ls\n" and typed.wait_s == 10.0
+    assert parse(("send_keys", '{"keystrokes": "C-c", "wait_s": 1}'),
+                 ("submit", "")).actions == [Press("C-c"), Submit()]
+    assert "not valid JSON" in parse(("send_keys", '{"keystrokes": ')).error
+    assert "wait_s must be between" in parse(("send_keys", '{"keystrokes": "x", '
+                                                           '"wait_s": -1}')).error
+    assert "NUL" in parse(("send_keys", '{"keystrokes": "a\\u0000b"}')).error
+    assert "no tool call" in h.parse(PolicyResponse(text="```bash\nls\n```")).error
+
+
+def test_get_suite_knows_terminal_and_default_harnesses():
+    s = get_suite("terminal")
+    assert s.name == "terminal" and tuple(s.default_harnesses) == ("terminal-bash",
+                                                                   "terminal-keys")
