@@ -152,7 +152,20 @@ def eval_cmd(
     resume: Annotated[str | None, typer.Option(
         help="Finish RUN: re-run only missing and infra-failed episodes.")] = None,
     by_task: Annotated[bool, typer.Option(help="Also print the per-task matrix.")] = True,
+    unsafe_local: Annotated[bool, typer.Option(
+        "--unsafe-local", help="Sandboxed suites (terminal): without bubblewrap, run task "
+        "commands directly on this machine, with no isolation.")] = False,
+    sealed: Annotated[str | None, typer.Option(
+        help="Run every cell of a manifest written by `tackroom seal` (no filters; the "
+        "report shows the manifest hash and every cell).")] = None,
+    ray: Annotated[bool, typer.Option(
+        "--ray", help="Run episodes on Ray actors (a local cluster sized to this machine).")
+    ] = False,
+    ray_address: Annotated[str | None, typer.Option(
+        help="Join this Ray cluster instead (auto, HOST:6379, ray://HOST:10001); implies "
+        "--ray.")] = None,
     db: DbOpt = DEFAULT_DB,
+    ctx: typer.Context = None,  # type: ignore[assignment]  # typer fills it in
 ) -> None:
     """Run a grid of episodes and print success by harness × policy.
 
@@ -165,12 +178,19 @@ def eval_cmd(
           --base-url http://127.0.0.1:8000/v1 --seeds 0-19 -n 8
 
       tackroom eval --resume 20261129-101500-ab12
+
+      tackroom eval --sealed manifest.json --ray
     """
     from tackroom.harness.spec import load_harness
     from tackroom.policies import make_policy
     from tackroom.runner.grid import plan_grid, resume_attempts
     from tackroom.suites import get_suite
 
+    manifest = _load_manifest(sealed, ctx) if sealed else None
+    if unsafe_local:  # read by the sandboxed suites when they build environments
+        os.environ["TACKROOM_UNSAFE_LOCAL"] = "1"
+        err_console.print("[yellow]--unsafe-local[/yellow]: task commands run directly on this "
+                          "machine, with no sandbox")
     store = None
     if resume:
         store = _open_store(db)
@@ -183,6 +203,11 @@ def eval_cmd(
         base_url = base_url or cfg.get("base_url")
         sampling = Sampling(**cfg["sampling"])
         timeout = cfg.get("timeout", timeout)
+        manifest = _run_manifest(resume, run, cfg, manifest)
+    elif manifest is not None:
+        suite, tasks, policy = manifest.suite, list(manifest.tasks), list(manifest.policies)
+        harness, seeds = [h.ref for h in manifest.harnesses], list(manifest.seeds)
+        sampling = Sampling(**manifest.sampling)
     else:
         sampling = Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens,
                             logprobs=logprobs)
@@ -190,8 +215,10 @@ def eval_cmd(
     policy_specs = _split(policy) or ["expert"]
     default_tasks = ["@expert"] if all(p == "expert" for p in policy_specs) else ["@all"]
     task_list = select_tasks(the_suite, _split(tasks) or default_tasks)
-    harness_names = _split(harness) or ["som-tools", "html-commands", "outline-coords"]
-    specs = [load_harness(h) for h in harness_names]
+    harness_names = _split(harness) or list(getattr(
+        the_suite, "default_harnesses", ["som-tools", "html-commands", "outline-coords"]))
+    # A sealed run checks each harness against its hash in the manifest.
+    specs = manifest.load_harnesses() if manifest else [load_harness(h) for h in harness_names]
     if resume:
         recorded = cfg.get("harness_hashes", {})
         for h in specs:
@@ -215,7 +242,13 @@ def eval_cmd(
         _print_plan(plan, suite, seed_list, policy_specs)
         return
 
+    use_ray = ray or bool(ray_address)
+    if use_ray:
+        from tackroom.runner.ray_workers import check_ray
+
+        check_ray(ray_address)
     _preflight(policy_specs, db, opts)
+    getattr(the_suite, "preflight", lambda: None)()  # e.g. terminal: is bubblewrap there?
     if store is None:
         store = _open_store(db)
     run_id = resume or _new_run_id()
@@ -225,21 +258,32 @@ def eval_cmd(
         "seeds": seed_list, "sampling": sampling.to_dict(), "concurrency": concurrency,
         "base_url": base_url, "timeout": timeout,
     }
+    if manifest is not None:
+        from tackroom.runner.sealed import sealed_config
+
+        config.update(sealed_config(manifest, {s: p.id for s, p in zip(
+            policy_specs, policies, strict=True)}, [(t.key, h.name) for t, h in plan.inexpressible]))
     cells = plan.cells
     done = 0
     if resume:
         cells, done = resume_attempts(plan, store.episode_ids(run_id))
-    store.start_run(run_id, command="eval", config=config, n_planned=len(plan.cells))
+    store.start_run(run_id, command="eval", config=config, n_planned=len(plan.cells),
+                    manifest_hash=manifest.hash if manifest else None)
     console.print(f"[bold]run[/bold] {run_id}: {len(plan.cells)} episodes "
                   f"({len(task_list)} tasks × {len(specs)} harnesses × {len(policies)} "
                   f"policies × {len(seed_list)} seeds), {concurrency} at a time"
                   + (f"; {done} already recorded, {len(cells)} to run" if resume else ""))
+    if manifest is not None:
+        console.print(f"[bold]sealed[/bold] manifest sha256:{manifest.hash} "
+                      f"({manifest.n_cells} cells)")
     if plan.inexpressible:
         console.print(f"[dim]{len(plan.inexpressible)} (task, harness) pairs cannot be "
                       "expressed by the harness and are not run[/dim]")
     status = "finished"
+    ray_opts = {"address": ray_address, "specs": policy_specs, "opts": opts} if use_ray \
+        else None
     try:
-        _run_with_progress(cells, the_suite, run_id, store, concurrency, policies)
+        _run_with_progress(cells, the_suite, run_id, store, concurrency, policies, ray_opts)
     except KeyboardInterrupt:
         status = "interrupted"
         err_console.print(f"[yellow]interrupted[/yellow] — finish with: "
@@ -254,6 +298,46 @@ def eval_cmd(
         store.finish_run(run_id, status)
         _print_results(store, run_id, [h.name for h in specs], policy_specs, plan, by_task)
         store.close()
+
+
+#: eval options that choose cells; a sealed manifest fixes them all.
+_CELL_OPTIONS = ("suite", "tasks", "harness", "policy", "seeds", "temperature", "top_p",
+                 "max_tokens", "logprobs")
+
+
+def _load_manifest(path: str, ctx: typer.Context | None):
+    """The manifest at ``path``, checked against its hash; refuse options that would filter it."""
+    from tackroom.runner.sealed import Manifest
+
+    if ctx is not None:
+        for name in _CELL_OPTIONS:
+            # By name: typer ships its own copy of click's ParameterSource enum.
+            source = getattr(ctx.get_parameter_source(name), "name", "DEFAULT")
+            if source in ("COMMANDLINE", "ENVIRONMENT"):
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError("cannot be combined with --sealed: a sealed evaluation "
+                                  "runs every cell of its manifest", flag,
+                                  f"drop {flag}, or seal a new manifest with `tackroom seal`")
+    return Manifest.load(path)
+
+
+def _run_manifest(run_id: str, run: dict[str, Any], cfg: dict[str, Any], given):
+    """The manifest of a sealed run being resumed (``None`` for an ordinary run)."""
+    from tackroom.runner.sealed import Manifest
+
+    recorded = run.get("manifest_hash")
+    if given is not None and given.hash != recorded:
+        raise ConfigError(f"run {run_id} was not sealed with this manifest (run: "
+                          f"{recorded or 'not sealed'}, manifest: {given.hash})", "--sealed",
+                          "resume without --sealed, or give the run's own manifest")
+    if not cfg.get("manifest"):
+        return None
+    manifest = Manifest.from_dict(cfg["manifest"], f"run {run_id}")
+    if manifest.hash != recorded:
+        raise ConfigError(f"the manifest recorded with run {run_id} does not match its hash "
+                          f"{recorded}", f"run {run_id}",
+                          "the record store was edited; start a new sealed run")
+    return manifest
 
 
 def _preflight(policy_specs: list[str], db: str, opts: dict[str, Any]) -> None:
@@ -272,7 +356,9 @@ def _preflight(policy_specs: list[str], db: str, opts: dict[str, Any]) -> None:
     asyncio.run(check())
 
 
-def _run_with_progress(cells, suite, run_id, store, concurrency, policies) -> None:
+def _run_with_progress(cells, suite, run_id, store, concurrency, policies,
+                       ray_opts: dict[str, Any] | None = None) -> None:
+    """Run the cells with a progress bar, here or (``ray_opts``) on Ray rollout workers."""
     from tackroom.runner.grid import run_cells
 
     counts = {"success": 0, "done": 0, "infra": 0}
@@ -299,8 +385,18 @@ def _run_with_progress(cells, suite, run_id, store, concurrency, policies) -> No
         async def go() -> None:
             # Policies hold connection pools bound to this event loop: close them in it.
             try:
-                await run_cells(cells, suite, run_id, store=store, concurrency=concurrency,
-                                on_episode=on_episode)
+                if ray_opts is None or not cells:
+                    await run_cells(cells, suite, run_id, store=store, concurrency=concurrency,
+                                    on_episode=on_episode)
+                    return
+                from tackroom.runner.ray_workers import ray_executor
+
+                async with ray_executor(suite, policies, ray_opts["specs"],
+                                        opts=ray_opts["opts"], concurrency=concurrency,
+                                        address=ray_opts["address"]) as executor:
+                    progress.console.print(f"[dim]{executor.describe()}[/dim]")
+                    await run_cells(cells, suite, run_id, store=store, concurrency=concurrency,
+                                    on_episode=on_episode, executor=executor)
             finally:
                 for p in policies:
                     await p.aclose()
@@ -346,8 +442,22 @@ def _print_results(store, run_id: str, harnesses: list[str], policies: list[str]
         for p in sorted({r["policy"] for r in rows}):
             console.print(task_matrix(rows, harnesses, p, pairs))
     console.print(summary_table(rows, inexpressible=inexpressible or None))
+    _print_sealed(store, run_id, rows)
     _print_infra_errors(rows, run_id)
     console.print(f"records: {store.path} (run {run_id})")
+
+
+def _print_sealed(store, run_id: str, rows: list[dict[str, Any]]) -> None:
+    """For a sealed run: every cell of its manifest, and the manifest hash."""
+    from tackroom.report.terminal import sealed_table
+    from tackroom.runner.sealed import sealed_report
+
+    run = store.run(run_id) or {}
+    cfg = run.get("config") or {}
+    cfg = cfg if isinstance(cfg, dict) else json.loads(cfg)
+    section = sealed_report(run_id, run.get("manifest_hash"), cfg, rows)
+    if section is not None:
+        console.print(sealed_table(section))
 
 
 def _print_infra_errors(rows: list[dict[str, Any]], run_id: str) -> None:
@@ -368,6 +478,85 @@ def _print_infra_errors(rows: list[dict[str, Any]], run_id: str) -> None:
                           "[/dim]", soft_wrap=True)
     elif seen:
         err_console.print("[dim]each was retried as a new attempt and finished[/dim]")
+
+
+# -- seal ------------------------------------------------------------------------------------
+_DEFAULT_HARNESSES = ["som-tools", "html-commands", "outline-coords"]
+
+
+@app.command("seal")
+def seal_cmd(
+    out: Annotated[str, typer.Option("--out", "-o", help="Manifest file to write (JSON).")],
+    suite: Annotated[str, typer.Option(help="Suite: miniwob, toy.")] = "miniwob",
+    tasks: Annotated[list[str] | None, typer.Option(
+        "--tasks", "-t", help="Task ids or globs (comma-separated), expanded now; @expert, "
+        "@all.")] = None,
+    harness: Annotated[list[str] | None, typer.Option(
+        "--harness", "-H", help="Evaluation harnesses: names or .toml paths.")] = None,
+    policy: Annotated[list[str] | None, typer.Option(
+        "--policy", "-p", help="Policies / checkpoints: expert | hf:DIR | openai:MODEL[@URL] "
+        "| replay:RUN_ID (comma-separated).")] = None,
+    seeds: Annotated[str, typer.Option(help="Seeds, e.g. 0-9 or 0,3,7.")] = "0-4",
+    held_out: Annotated[list[str] | None, typer.Option(
+        "--held-out", help="Harnesses held out of training: evaluated too, and marked.")] = None,
+    train_harness: Annotated[list[str] | None, typer.Option(
+        "--train-harness", help="The harnesses the checkpoints were trained under (e.g. the "
+        "training config's list); every other evaluation harness is marked held out.")] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.0,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling.")] = 1.0,
+    max_tokens: Annotated[int, typer.Option(help="Max completion tokens per turn.")] = 512,
+    logprobs: Annotated[bool, typer.Option(help="Ask the server for log-probs.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Seal an evaluation: write a manifest of policies × harnesses × tasks × seeds and its hash.
+
+    `tackroom eval --sealed FILE` then runs every cell of it — nothing filtered, nothing
+    dropped — and the report shows each cell with the manifest hash.
+
+    [bold]Example[/bold]
+
+      tackroom seal --suite toy --harness som-tools,html-commands --held-out outline-coords \\
+          --policy hf:ckpt/a,hf:ckpt/b --seeds 0-9 --out manifest.json
+    """
+    from tackroom.harness.spec import load_harness
+    from tackroom.policies import POLICY_KINDS
+    from tackroom.runner.sealed import Manifest
+    from tackroom.suites import get_suite
+
+    target = Path(out)
+    if target.exists() and not force:
+        raise ConfigError("the manifest file exists already", str(target),
+                          "choose another --out, or pass --force to replace it")
+    the_suite = get_suite(suite)
+    policy_specs = _split(policy) or ["expert"]
+    kinds = {k.split(":", 1)[0] for k in POLICY_KINDS}
+    for spec in policy_specs:
+        kind, _, rest = spec.partition(":")
+        if kind not in kinds or (kind != "expert" and not rest):
+            raise ConfigError(f"unknown policy {spec!r}", "--policy",
+                              f"use one of: {', '.join(POLICY_KINDS)}")
+    default_tasks = ["@expert"] if all(p == "expert" for p in policy_specs) else ["@all"]
+    task_list = select_tasks(the_suite, _split(tasks) or default_tasks)
+    refs = _split(harness) or list(getattr(the_suite, "default_harnesses", _DEFAULT_HARNESSES))
+    held = _split(held_out)
+    refs += [h for h in held if h not in refs]
+    loaded = [(ref, load_harness(ref)) for ref in refs]
+    manifest = Manifest.seal(
+        suite=suite, tasks=[t.id for t in task_list], harnesses=loaded, policies=policy_specs,
+        seeds=parse_seeds(seeds), held_out=held, train_harnesses=_split(train_harness),
+        sampling=Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                          logprobs=logprobs).to_dict())
+    manifest.write(target)
+    cannot = sum(1 for t in task_list for _, h in loaded if not h.interface.can_express(t.requires))
+    n_held = len(manifest.held_out)
+    console.print(f"[bold]sealed[/bold] {target}: manifest sha256:{manifest.hash}")
+    console.print(f"{manifest.n_cells} cells = {len(manifest.policies)} policies × "
+                  f"{len(manifest.harnesses)} harnesses"
+                  + (f" ({n_held} held out: {', '.join(manifest.held_out)})" if n_held else "")
+                  + f" × {len(manifest.tasks)} tasks × {len(manifest.seeds)} seeds"
+                  + (f"; {cannot} (task, harness) pairs cannot be expressed and will be "
+                     "reported as such" if cannot else ""))
+    console.print(f"run it with: tackroom eval --sealed {target}")
 
 
 # -- runs / show / export ----------------------------------------------------------------------
@@ -436,10 +625,11 @@ def _replay(ep, full: bool) -> None:
     from rich.panel import Panel
 
     console.print(Panel(
-        f"[bold]{ep.task}[/bold] under [bold]{ep.harness}[/bold]@{ep.harness_hash} by "
-        f"{ep.policy}, seed {ep.seed}, attempt {ep.attempt}\n"
-        f"instruction: {ep.instruction}\noutcome: [bold]{ep.outcome.value}[/bold] "
-        f"reward {ep.reward:.2f}" + (f"\nerror: {ep.error}" if ep.error else ""),
+        f"[bold]{escape(ep.task)}[/bold] under [bold]{escape(ep.harness)}[/bold]@{ep.harness_hash} "
+        f"by {escape(ep.policy)}, seed {ep.seed}, attempt {ep.attempt}\n"
+        f"instruction: {escape(ep.instruction)}\noutcome: [bold]{ep.outcome.value}[/bold] "
+        f"reward {ep.reward:.2f}" + (f"\nerror: {escape(ep.error)}" if ep.error else "")
+        + (f"\nfailure mode: {ep.failure_mode}" if ep.failure_mode else ""),
         title=f"episode {ep.episode_id}"))
     for t in ep.turns:
         msgs = t.messages if full else t.messages[-1:]
@@ -448,21 +638,21 @@ def _replay(ep, full: bool) -> None:
             content = m.get("content") or ""
             if m.get("tool_calls"):
                 content += "\n" + json.dumps(m["tool_calls"])
-            body.append(f"[cyan]{m['role']}[/cyan]: {content}")
+            body.append(f"[cyan]{m['role']}[/cyan]: {escape(content)}")
         out = t.raw_text or ""
         if t.tool_calls:
             out += "\n" + "\n".join(f"{c['function']['name']}({c['function']['arguments']})"
                                     for c in t.tool_calls)
-        body.append(f"[green]model[/green]: {out.strip()}")
+        body.append(f"[green]model[/green]: {escape(out.strip())}")
         if t.parse_error:
-            body.append(f"[red]parse error[/red]: {t.parse_error}")
+            body.append(f"[red]parse error[/red]: {escape(t.parse_error)}")
         if t.actions:
-            body.append("[yellow]actions[/yellow]: " + ", ".join(
-                json.dumps(a) for a in t.actions))
+            body.append("[yellow]actions[/yellow]: " + escape(", ".join(
+                json.dumps(a) for a in t.actions)))
         if t.action_error:
-            body.append(f"[red]action error[/red]: {t.action_error}")
+            body.append(f"[red]action error[/red]: {escape(t.action_error)}")
         if t.feedback:
-            body.append(f"[magenta]feedback[/magenta]: {t.feedback}")
+            body.append(f"[magenta]feedback[/magenta]: {escape(t.feedback)}")
         console.print(Panel("\n".join(body), title=f"turn {t.index}",
                             subtitle=f"policy {t.t_policy * 1000:.0f} ms · env "
                             f"{t.t_env * 1000:.0f} ms · tokens "
@@ -542,18 +732,27 @@ def report_cmd(
                               "finish them with `tackroom eval --resume RUN`")
         console.print(summary_table(rows, title="Success by harness × policy"))
         console.print(ceiling_mismatch_table(rows, train_harness or None))
+        for rid in run_ids:  # sealed runs: every cell of the manifest, with its hash
+            _print_sealed(store, rid, [r for r in rows if r["run_id"] == rid])
         target = Path(out or Path(store.path).parent / f"report-{'+'.join(run_ids)}.html")
         build_report(store, run_ids, target, train_harness=train_harness or None)
     console.print(f"[bold]report:[/bold] {target.resolve()}")
 
 
 # -- tasks -----------------------------------------------------------------------------------
-@app.command("tasks")
-def tasks_cmd(suite: Annotated[str, typer.Option(help="Suite name.")] = "miniwob") -> None:
+tasks_app = typer.Typer(help="List a suite's tasks; import task directories.")
+app.add_typer(tasks_app, name="tasks")
+
+
+@tasks_app.callback(invoke_without_command=True)
+def tasks_cmd(ctx: typer.Context,
+              suite: Annotated[str, typer.Option(help="Suite name.")] = "miniwob") -> None:
     """List a suite's tasks, what they require, and which have an expert.
 
     [bold]Example[/bold]:  tackroom tasks --suite toy
     """
+    if ctx.invoked_subcommand is not None:
+        return
     from tackroom.suites import get_suite
 
     s = get_suite(suite)
@@ -564,6 +763,30 @@ def tasks_cmd(suite: Annotated[str, typer.Option(help="Suite name.")] = "miniwob
         table.add_row(t.id, ",".join(sorted(t.requires)), "yes" if t.has_expert else "",
                       t.description)
     console.print(table)
+
+
+@tasks_app.command("import")
+def tasks_import(directory: Annotated[Path, typer.Argument(
+        help="A Harbor or Terminal-Bench task directory, or a folder of them.")]) -> None:
+    """Import terminal tasks into $TACKROOM_TASKS (default ./tackroom-tasks).
+
+    Tasks that need Docker or the network are skipped, each with its reason.
+
+    [bold]Example[/bold]:  tackroom tasks import ~/terminal-bench/tasks
+    """
+    from tackroom.suites.terminal import BUILTIN
+    from tackroom.suites.terminal.importer import import_tasks, task_store
+
+    builtin = frozenset(p.name for p in BUILTIN.iterdir() if p.is_dir())
+    results = import_tasks(directory, builtin=builtin)
+    for r in results:
+        if r.imported:
+            console.print(f"[green]imported[/green] {r.id}")
+        else:
+            console.print(f"[yellow]skipped[/yellow]  {r.id}: {escape(r.reason)}")
+    n = sum(r.imported for r in results)
+    console.print(f"{n} of {len(results)} task(s) imported into {task_store()}; run them with "
+                  "tackroom eval --suite terminal --tasks ID")
 
 
 # -- harness ---------------------------------------------------------------------------------
@@ -675,6 +898,95 @@ def model_init(
     console.print(f"[bold]model:[/bold] {path}  ({arch}, {size}"
                   + (f", {params:,} parameters" if isinstance(params, int) else "") + ")")
     console.print(f"evaluate it: tackroom eval --suite toy --policy hf:{path}")
+
+
+@app.command("sft")
+def sft_cmd(
+    model_dir: Annotated[str, typer.Argument(help="The model to start from (a local directory).")],
+    out: Annotated[str, typer.Option(help="Directory for checkpoints and the final model.")],
+    db: DbOpt = DEFAULT_DB,
+    suite: Annotated[str | None, typer.Option(help="Only episodes of this suite.")] = None,
+    harness: Annotated[list[str] | None, typer.Option(
+        help="Only episodes under these harnesses (comma-separated or repeated).")] = None,
+    tasks: Annotated[list[str] | None, typer.Option(help="Task ids or globs.")] = None,
+    outcome: Annotated[list[str] | None, typer.Option(
+        help="Episode outcomes to learn from.")] = None,
+    run: Annotated[list[str] | None, typer.Option(help="Only these runs.")] = None,
+    policy: Annotated[list[str] | None, typer.Option(
+        help="Only episodes of these policies (e.g. expert).")] = None,
+    lora: Annotated[bool, typer.Option("--lora/--full", help="Train a LoRA adapter, or every weight.")] = False,
+    lora_rank: Annotated[int, typer.Option(help="LoRA rank.")] = 32,
+    lora_alpha: Annotated[int, typer.Option(help="LoRA alpha (scale = alpha / rank).")] = 64,
+    adapter: Annotated[str | None, typer.Option(help="Continue training this LoRA adapter.")] = None,
+    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 1e-3,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps.")] = 10,
+    epochs: Annotated[float, typer.Option(help="Passes over the examples (fractions allowed).")] = 3.0,
+    batch_size: Annotated[int, typer.Option(help="Examples per micro-batch.")] = 8,
+    grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimiser step.")] = 1,
+    max_length: Annotated[int, typer.Option(help="Skip examples longer than this (tokens).")] = 2048,
+    checkpoint_every: Annotated[int, typer.Option(help="Optimiser steps between checkpoints.")] = 50,
+    seed: Annotated[int, typer.Option(help="Seed (data order, initialisation of adapters).")] = 0,
+    device: Annotated[str, typer.Option(help="cpu or cuda[:N].")] = "cpu",
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads.")] = None,
+    save_dtype: Annotated[str | None, typer.Option(
+        help="Store the final full model as float16/bfloat16 (half the size).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in --out.")] = False,
+) -> None:
+    """Supervised fine-tuning on recorded episodes: the loss covers only what the model wrote.
+
+    Each recorded turn is an example (the exact prompt the policy saw under its
+    harness, and its reply); turns that failed to parse are skipped. Metrics of
+    every step go to the record store; checkpoints to --out.
+
+    [bold]Examples[/bold]
+
+      tackroom eval --suite miniwob --harness som-tools --policy expert --seeds 100-199
+
+      tackroom sft models/tiny --out models/tiny-sft --harness som-tools --outcome success
+
+      tackroom sft models/tiny --out models/tiny-sft --resume      # after a crash
+
+      tackroom eval --suite miniwob --harness som-tools --policy hf:models/tiny-sft/final
+    """
+    from tackroom.train.engine import LoraSettings, OptimSettings
+    from tackroom.train.sft import Selection, SFTConfig, run_sft
+
+    selection = Selection(suite=suite, harnesses=tuple(_split(harness)),
+                          tasks=tuple(_split(tasks)),
+                          outcomes=tuple(_split(outcome)) or ("success",),
+                          runs=tuple(_split(run)), policies=tuple(_split(policy)))
+    config = SFTConfig(
+        model=model_dir, out=out, selection=selection,
+        lora=LoraSettings(rank=lora_rank, alpha=lora_alpha) if lora or adapter else None,
+        optim=OptimSettings(lr=lr, warmup_steps=warmup, grad_accum=grad_accum),
+        epochs=epochs, batch_size=batch_size, max_length=max_length,
+        checkpoint_every=checkpoint_every, seed=seed, device=device, threads=threads,
+        save_dtype=save_dtype, init_adapter=adapter)
+    store = _open_store(db)
+    run_id = "sft-" + _new_run_id()
+    with Progress(TextColumn("[bold]sft"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("eta"),
+                  TimeRemainingColumn(), console=console) as progress:
+        bar = progress.add_task("steps", total=None, stats="preparing examples…")
+
+        def on_step(step: int, total: int, m: dict[str, float]) -> None:
+            stats = f"loss {m['loss']:.3f} · acc {m['token_accuracy']:.0%}"
+            progress.update(bar, total=total, completed=step, stats=stats)
+            if not console.is_terminal and (step % max(1, total // 20) == 0 or step == total):
+                # Logs and CI have no live bar: a line every 5% instead.
+                console.print(f"step {step}/{total} · {stats} · {m['seconds']:.0f} s")
+
+        result = run_sft(config, store, run_id, resume=resume, on_step=on_step)
+    store.close()
+    if result.resumed_from is not None:
+        console.print(f"resumed from step {result.resumed_from}")
+    skipped = ", ".join(f"{k} {v}" for k, v in result.skipped.items()) or "none"
+    console.print(f"[bold]trained:[/bold] {result.examples} examples, {result.steps} steps, "
+                  f"final loss {result.last.get('loss', float('nan')):.4f} "
+                  f"(skipped turns: {skipped}); run {run_id} in {db}")
+    spec = f"hf:{model_dir}:{result.final}" if config.lora else f"hf:{result.final}"
+    console.print(f"[bold]model:[/bold] {result.final}\nevaluate it: tackroom eval "
+                  f"--policy {spec} ...")
 
 
 @app.command("serve")

@@ -227,3 +227,22 @@ def test_model_init_builds_a_loadable_model(tmp_path):
     assert (tmp_path / "m" / "tackroom_model.json").is_file()
     again = cli("model", "init", str(tmp_path / "m"), cwd=tmp_path, timeout=300)
     assert again.returncode == 2 and "--force" in again.stderr + again.stdout
+
+
+def test_show_prints_model_text_verbatim_even_when_it_looks_like_markup(tmp_path):
+    from tackroom.core.episode import Episode, Outcome, Turn
+
+    db = tmp_path / "r.duckdb"
+    text = "[/x] [bold]not bold[/bold] print(a[0])"
+    ep = Episode(episode_id="e1", run_id="r1", task="code/t", suite="code", harness="codeact",
+                 harness_hash="h", policy="p", seed=0, outcome=Outcome.FAILURE,
+                 failure_mode="no_edit",
+                 turns=[Turn(index=0, messages=[{"role": "user", "content": "[red]x"}],
+                             raw_text=text, parse_error="bad [/y]")])
+    with RecordStore(db) as store:
+        store.start_run("r1", "eval", {}, n_planned=1)
+        store.append(ep)
+    p = cli("show", "r1", "e1", "--db", str(db), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert text in p.stdout and "bad [/y]" in p.stdout
+    assert "failure mode: no_edit" in p.stdout

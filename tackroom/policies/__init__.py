@@ -7,7 +7,7 @@ from typing import Any
 from tackroom.core.errors import PolicyError
 from tackroom.core.policy import Policy
 
-POLICY_KINDS = ("expert", "openai:MODEL[@BASE_URL]", "hf:MODEL_DIR[:ADAPTER_DIR]",
+POLICY_KINDS = ("expert", "bundled", "openai:MODEL[@BASE_URL]", "hf:MODEL_DIR[:ADAPTER_DIR]",
                 "replay:RUN_ID[:POLICY]")
 
 
@@ -15,7 +15,8 @@ def make_policy(spec: str, *, db: str | None = None, **opts: Any) -> Policy:
     """Build a policy from its spec string.
 
     Args:
-        spec: ``expert``; ``hf:MODEL_DIR`` (a local transformers checkpoint);
+        spec: ``expert``; ``bundled`` (the small model shipped with tackroom);
+            ``hf:MODEL_DIR`` (a local transformers checkpoint);
             ``openai:MODEL`` (base URL from ``--base-url`` or
             ``OPENAI_BASE_URL``, key from ``OPENAI_API_KEY``); ``replay:RUN_ID``.
         db: the record store, for ``replay``.
@@ -30,6 +31,11 @@ def make_policy(spec: str, *, db: str | None = None, **opts: Any) -> Policy:
         from tackroom.policies.openai_policy import make_openai_policy
 
         return make_openai_policy(spec, **opts)
+    if spec in ("bundled", "hf:bundled"):
+        from tackroom.policies.bundled import make_bundled_policy
+
+        return make_bundled_policy(**{k: v for k, v in opts.items() if k not in
+                                      ("base_url", "timeout")})
     if kind == "hf" and rest:
         from tackroom.policies.hf_policy import make_hf_policy
 

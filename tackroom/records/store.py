@@ -1140,7 +1140,27 @@ class RecordStore:
         so this is the way to walk a large run (exports, training data). With
         ``run_id=None`` an id recorded in several runs comes once per run.
         """
-        rows = self.episodes(run_id, **filters)
+        yield from self._with_turns(self.episodes(run_id, **filters), batch_size)
+
+    def load_episodes(self, keys: Iterable[tuple[str, str]], *, batch_size: int = 256,
+                      ) -> Iterator[Episode]:
+        """Full episodes for ``(run_id, episode_id)`` keys, in the order given.
+
+        Reads ``batch_size`` episodes per query: the fast way to load a
+        selection made with :meth:`query` (unknown keys are skipped).
+        """
+        keys = list(keys)
+        for start in range(0, len(keys), batch_size):
+            chunk = keys[start:start + batch_size]
+            placeholders = ", ".join("(?, ?)" for _ in chunk)
+            with self._db_lock:
+                rows = _fetch_dicts(self._db().execute(
+                    f"SELECT * FROM episodes WHERE (run_id, episode_id) IN ({placeholders})",
+                    [v for key in chunk for v in key]))
+            by_key = {(r["run_id"], r["episode_id"]): r for r in rows}
+            yield from self._with_turns([by_key[k] for k in chunk if k in by_key], batch_size)
+
+    def _with_turns(self, rows: list[dict[str, Any]], batch_size: int) -> Iterator[Episode]:
         for start in range(0, len(rows), batch_size):
             chunk = rows[start:start + batch_size]
             with self._db_lock:

@@ -4,6 +4,8 @@
 with inline CSS, inline SVG plots and a small inline script. It shows:
 
 * an overview: the runs, their dates, episode counts, infra errors apart;
+* for sealed runs only, every cell of the manifest with the manifest hash
+  (held-out harnesses marked, inexpressible pairs and infra errors apart);
 * success by harness × policy and by task × harness (per policy), as
   heatmaps with Wilson 95% intervals in each cell's tooltip;
 * *ceiling vs achieved*: every lower-bound estimate of the ceiling C(h),
@@ -50,6 +52,7 @@ from tackroom.core.errors import RecordStoreError
 from tackroom.report import plots
 from tackroom.report.assets import CSS, JS
 from tackroom.report.plots import esc, pct
+from tackroom.runner.sealed import sealed_report
 
 __all__ = ["build_report", "report_data", "ESTIMATOR_NOTES", "OUTCOMES"]
 
@@ -223,12 +226,22 @@ def _collect(store: Any, run_ids: Sequence[str], train_harness: Mapping[str, str
         "summary": summary, "matrix": matrix,
         "ceilings": {}, "best_ceiling": {}, "mismatch": [], "pass_at_k": [],
         "transfer": None, "gain": None, "notes": {},
+        # One entry per sealed run: every cell of its manifest (see runner/sealed.py).
+        "sealed": [sec for rid, info, rrows in per_run
+                   if (sec := sealed_report(rid, (info or {}).get("manifest_hash"),
+                                            _config_of(info), rrows)) is not None],
     }
     notes: dict[str, str] = data["notes"]
     _ceilings_and_mismatch(data, final, train_harness, notes)
     _transfer(data, final, train_harness, notes)
     _gain(data, final, train_harness, gain_pairs, notes)
     return data, rows, final_ids
+
+
+def _config_of(info: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A run's config snapshot as a dict (the store may hand it back as JSON text)."""
+    cfg = (info or {}).get("config") or {}
+    return json.loads(cfg) if isinstance(cfg, str) else dict(cfg)
 
 
 def _failed(section: str, err: Exception) -> str:
@@ -423,7 +436,10 @@ def report_data(store: Any, run_ids: Sequence[str],
     harness × policy), ``ceilings`` (harness → estimates, each with its
     ``estimator``), ``best_ceiling``, ``mismatch`` (per policy × harness:
     J, C with its estimator, M = C − J with a bootstrap interval),
-    ``pass_at_k``, ``transfer`` and ``gain`` (``None`` when absent) and
+    ``pass_at_k``, ``transfer`` and ``gain`` (``None`` when absent),
+    ``sealed`` (one entry per sealed run: manifest hash, held-out harnesses,
+    totals and every cell of the manifest, from
+    :func:`tackroom.runner.sealed.sealed_report`; empty when none is sealed) and
     ``notes`` (section → why it is absent or partial). ``train_harness`` and
     ``gain_pairs`` are as for :func:`build_report`.
 
@@ -687,6 +703,53 @@ def _section_overview(d: Mapping[str, Any]) -> str:
                          omitted=False))
     out.append("</section>")
     return "".join(out)
+
+
+def _section_sealed(d: Mapping[str, Any]) -> str:
+    """Every cell of each sealed run's manifest; shown only when a run is sealed."""
+    out = ['<section id="sealed"><h2>Sealed evaluation</h2>',
+           '<p class="lede">These runs were sealed in advance by a manifest (policies × '
+           'evaluation harnesses × tasks × seeds) and run whole. Every cell of the manifest '
+           'has a row: seeds that succeeded, failed (including budget and timeout), ended in an '
+           'infrastructure error (not scored), or were not run; pairs the harness cannot '
+           'express are marked n/a. Harnesses held out of training are marked.</p>']
+    for sec in d.get("sealed") or []:
+        t = sec["totals"]
+        check = "" if sec["verified"] else (
+            ' <span class="badge failure">the recorded manifest does not match this hash'
+            "</span>")
+        held = ", ".join(sec["held_out"]) or "none"
+        trained = ", ".join(sec["train_harnesses"]) or "not given"
+        out.append(
+            f'<h3>Run <span class="mono">{esc(sec["run_id"])}</span></h3>'
+            f'<p>manifest <span class="mono">sha256:{esc(sec["manifest_hash"])}</span>{check}'
+            f'<br><span class="muted">suite {esc(sec["suite"])} · {len(sec["policies"])} '
+            f'policies × {len(sec["harnesses"])} harnesses × {sec["n_tasks"]} tasks × '
+            f'{len(sec["seeds"])} seeds = {t["episodes"]} episodes · held out: {esc(held)} · '
+            f'trained under: {esc(trained)} · sealed {esc(sec["created_at"])} by tackroom '
+            f'{esc(sec["tackroom_version"])}</span></p>')
+        cards = [(t["success"], "success"), (t["failure"], "failure"),
+                 (t["infra"], "infra errors (not scored)"), (t["missing"], "not run"),
+                 (t["inexpressible_episodes"], "cannot be expressed")]
+        out.append('<div class="cards">' + "".join(
+            f'<div class="card{" infra" if "infra" in k else ""}"><div class="v">{v:,}</div>'
+            f'<div class="k">{esc(k)}</div></div>' for v, k in cards) + "</div>")
+        body = []
+        for c in sec["cells"]:
+            harness = esc(c["harness"]) + (' <span class="est">held out</span>'
+                                           if c["held_out"] else "")
+            head = [esc(c["policy"]), harness, esc(c["task"]), str(c["seeds"])]
+            if not c["expressible"]:
+                body.append(head + ['<span class="muted">n/a</span>'] * 3
+                            + ['<span class="muted">cannot express</span>'])
+                continue
+            body.append(head + [str(c["success"]), str(c["failure"]),
+                                f"<b>{c['infra']}</b>" if c["infra"] else "·",
+                                f"<b>{c['missing']}</b>" if c["missing"] else "·"])
+        out.append(_table([("policy", False), ("harness", False), ("task", False),
+                           ("seeds", True), ("success", True), ("failure", True),
+                           ("infra err", True), ("not run", True)], body))
+    return "".join(out) + "</section>"
 
 
 def _section_success(d: Mapping[str, Any]) -> str:
@@ -1026,6 +1089,8 @@ def _page(d: Mapping[str, Any], index: Mapping[str, Any], turns: Mapping[str, An
     toc = [("overview", "Overview"), ("success", "Harness × policy"), ("tasks", "Per task"),
            ("ceiling", "Ceiling vs achieved"), ("transfer", "Transfer"), ("gain", "Gain"),
            ("episodes", "Episodes")]
+    if d.get("sealed"):
+        toc.insert(1, ("sealed", "Sealed evaluation"))
     parts = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">',  # no " & < in it
@@ -1038,7 +1103,7 @@ def _page(d: Mapping[str, Any], index: Mapping[str, Any], turns: Mapping[str, An
         f'<div class="sub">{sub}</div><nav class="toc">',
         "".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in toc),
         "</nav></div></header><main>",
-        _section_overview(d), _section_success(d), _section_tasks(d), _section_ceiling(d),
+        _section_overview(d), _section_sealed(d) if d.get("sealed") else "", _section_success(d), _section_tasks(d), _section_ceiling(d),
         _section_transfer(d), _section_gain(d), _section_browser(d, index),
         f"<footer>tackroom {esc(__version__)} · one self-contained file: no network, "
         "all data inline</footer></main>",

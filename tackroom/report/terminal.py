@@ -89,3 +89,38 @@ def ceiling_mismatch_table(rows: Iterable[dict[str, Any]],
                 table.add_row(*cells, m.policy, _pct(m.success), f"{100 * m.mismatch:+.0f} pp",
                               f"{100 * m.lo:+.0f}…{100 * m.hi:+.0f}")
     return table
+
+
+def sealed_table(section: dict[str, Any]) -> Table:
+    """Every cell of a sealed run's manifest (policy × harness × task) with its seeds' outcomes.
+
+    ``section`` is :func:`tackroom.runner.sealed.sealed_report`'s data. Infra errors
+    and seeds not recorded are counted apart; pairs the harness cannot express are
+    listed as such, so every cell of the manifest has a row.
+    """
+    t = section["totals"]
+    check = "" if section["verified"] else \
+        " [bold red](the recorded manifest does not match this hash)[/bold red]"
+    table = Table(title=f"Sealed evaluation — manifest sha256:{section['manifest_hash']}{check}",
+                  title_justify="left")
+    for col, just in [("policy", "left"), ("harness", "left"), ("task", "left"),
+                      ("seeds", "right"), ("success", "right"), ("failure", "right"),
+                      ("infra err", "right"), ("not run", "right")]:
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for c in section["cells"]:
+        harness = c["harness"] + (" [cyan](held out)[/cyan]" if c["held_out"] else "")
+        head = [c["policy"], harness, c["task"].split("/", 1)[-1], str(c["seeds"])]
+        if not c["expressible"]:
+            table.add_row(*head, "[dim]n/a[/dim]", "[dim]n/a[/dim]", "[dim]n/a[/dim]",
+                          "[dim]cannot express[/dim]")
+            continue
+        table.add_row(*head, str(c["success"]), str(c["failure"]),
+                      f"[magenta]{c['infra']}[/magenta]" if c["infra"] else "·",
+                      f"[yellow]{c['missing']}[/yellow]" if c["missing"] else "·")
+    table.caption = (
+        f"{t['cells']} cells, {t['episodes']} episodes: {t['success']} success, "
+        f"{t['failure']} failure, {t['infra']} infra error (not scored), {t['missing']} not "
+        f"run; {t['inexpressible_cells']} cells ({t['inexpressible_episodes']} episodes) "
+        "cannot be expressed by their harness")
+    table.caption_justify = "left"
+    return table

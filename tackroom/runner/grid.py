@@ -13,11 +13,12 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tackroom.core.episode import Episode, Outcome, episode_id
 from tackroom.core.errors import PolicyError
 from tackroom.core.policy import Policy, Sampling
-from tackroom.core.task import Suite, Task
+from tackroom.core.task import Expert, Suite, Task
 from tackroom.harness.spec import HarnessSpec
 from tackroom.runner.episode import EpisodeSpec, run_episode
 
@@ -95,19 +96,59 @@ class _Writer:
         self.last = time.monotonic()
 
 
+class Executor(Protocol):
+    """Where the episode of a cell runs: in this process or on Ray actors.
+
+    :func:`run_cells` owns what is common to both — the queue, the infra
+    retry, recording through one batched writer, the ``on_episode`` callback —
+    so an executor only turns a cell into its finished :class:`Episode`. Like
+    :func:`run_episode`, ``run`` never raises for task or infra failures and
+    raises :class:`PolicyError` (with ``.episode`` set) when the run must stop.
+    """
+
+    async def run(self, cell: EpisodeSpec, run_id: str) -> Episode: ...
+
+    async def aclose(self) -> None: ...
+
+
+class LocalExecutor:
+    """Runs episodes in this process's event loop, on one environment pool of the suite."""
+
+    def __init__(self, suite: Suite, size: int) -> None:
+        self.suite = suite
+        self.pool = suite.pool(size)
+        self._experts: dict[str, Expert | None] = {}
+
+    async def run(self, cell: EpisodeSpec, run_id: str) -> Episode:
+        key = cell.task.key
+        if key not in self._experts:
+            self._experts[key] = self.suite.expert(cell.task)
+        return await run_episode(cell, self.pool, run_id, self._experts[key])
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+
+
 async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
                     store=None, concurrency: int = 4,
                     on_episode: Callable[[Episode], None] | None = None,
-                    pool_size: int | None = None) -> list[Episode]:
+                    pool_size: int | None = None,
+                    executor: Executor | None = None) -> list[Episode]:
     """Run the cells, ``concurrency`` at a time; return the final episode of each cell.
 
     Each finished episode goes to ``store`` (if given) and to ``on_episode``.
     An ``infra_error`` episode is recorded and retried up to ``INFRA_RETRIES``
     times as a new attempt. A :class:`PolicyError` stops the run (after the
     finished episodes are written) and is re-raised.
+
+    ``executor`` runs the episodes elsewhere (e.g.
+    :func:`tackroom.runner.ray_workers.ray_executor`); the caller owns and
+    closes it. Without one, episodes run here on a pool of ``pool_size``
+    (default ``concurrency``) environments.
     """
-    pool = suite.pool(pool_size or concurrency)
-    experts = {c.task.key: suite.expert(c.task) for c in cells}
+    owned = executor is None
+    runner: Executor = LocalExecutor(suite, pool_size or concurrency) if executor is None \
+        else executor
     queue: asyncio.Queue[EpisodeSpec] = asyncio.Queue()
     for c in cells:
         queue.put_nowait(c)
@@ -121,7 +162,7 @@ async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
             except asyncio.QueueEmpty:
                 return
             while True:
-                ep = await run_episode(cell, pool, run_id, experts.get(cell.task.key))
+                ep = await runner.run(cell, run_id)
                 writer.add(ep)
                 if on_episode is not None:
                     on_episode(ep)
@@ -144,5 +185,6 @@ async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
         raise
     finally:
         writer.flush()
-        await pool.aclose()
+        if owned:
+            await runner.aclose()
     return finals

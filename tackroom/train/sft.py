@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tackroom.core.episode import Episode, Turn
+from tackroom.core.episode import Turn
 from tackroom.core.errors import ConfigError
 from tackroom.records.store import RecordStore
 from tackroom.train.engine import LoraSettings, OptimSettings, TrainEngine, latest_checkpoint
@@ -176,7 +176,9 @@ def build_dataset(store: RecordStore, selection: Selection, tokenizer: Any, *,
         key = (row["harness"], row["harness_hash"])
         if key not in tools_by_harness:
             tools_by_harness[key] = harness_tools(*key)
-        ep: Episode = store.load_episode(row["episode_id"], run_id=row["run_id"])
+    episodes = store.load_episodes((r["run_id"], r["episode_id"]) for r in rows)
+    for ep in episodes:
+        key = (ep.harness, ep.harness_hash)
         for turn in ep.turns:
             if turn.parse_error:
                 skipped["parse_error"] += 1

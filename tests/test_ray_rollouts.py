@@ -1,0 +1,55 @@
+"""Ray rollout workers: `tackroom eval --ray` on a real local Ray cluster.
+
+One test only: starting Ray takes seconds. The same grid is run locally and on
+Ray actors; the records must be the same episodes — ids, outcomes, and every
+action of every turn — recorded by the driver through the same writer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tackroom.records import RecordStore
+
+# find_spec, not importorskip: importing Ray at collection costs seconds.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                                reason="needs the scale extra: pip install 'tackroom[scale]'")
+TACKROOM = [sys.executable, "-m", "tackroom.cli"]
+GRID = ["--suite", "toy", "--tasks", "click-button,enter-text,login-user",
+        "--harness", "som-tools,html-commands", "--policy", "expert", "--seeds", "0-2", "-n", "4"]
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run([*TACKROOM, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=240, env=env)
+
+
+def episodes(db: str) -> dict[str, tuple]:
+    with RecordStore(db) as store:
+        (run,) = store.runs()
+        assert run["status"] == "finished"
+        return {ep.episode_id: (ep.task, ep.harness, ep.seed, ep.attempt, ep.outcome.value,
+                                [t.actions for t in ep.turns])
+                for ep in store.iter_episodes(run["run_id"])}
+
+
+@pytest.mark.slow
+def test_ray_workers_record_the_same_episodes_as_a_local_run(tmp_path):
+    local, on_ray = str(tmp_path / "local.duckdb"), str(tmp_path / "ray.duckdb")
+    p = cli("eval", *GRID, "--db", local, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    p = cli("eval", *GRID, "--ray", "--db", on_ray, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "Ray rollout worker(s)" in p.stdout and "18/18" in p.stdout
+
+    a, b = episodes(local), episodes(on_ray)
+    assert len(a) == 3 * 2 * 3
+    assert a == b
+    assert {v[4] for v in b.values()} == {"success"}
