@@ -8,7 +8,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 export MINIWOB_CHROME_BINARY ?= /usr/bin/chromium
 export MINIWOB_CHROMEDRIVER ?= /usr/bin/chromedriver
 
-.PHONY: setup system demo test lint bench clean
+.PHONY: setup system demo test lint bench clean policy policy-table
 
 ## system packages: Chromium + ChromeDriver (MiniWoB++) and bubblewrap (shell sandbox)
 system:
@@ -35,12 +35,33 @@ $(STAMP): pyproject.toml
 
 setup: system $(STAMP)
 
-## the main job on embedded defaults: experts across the shipped harnesses on MiniWoB++,
-## then the ceiling/mismatch table and the HTML report
+## the main job on embedded defaults: the bundled policy and the experts across the shipped
+## MiniWoB++ harnesses, then the ceiling/mismatch table and the HTML report
+DEMO_TASKS := click-test,click-test-2,click-test-transfer,click-button,click-button-sequence,click-dialog,click-dialog-2,click-link,click-widget,focus-text,focus-text-2,identify-shape
 demo: setup
-	$(VENV)/bin/tackroom eval --suite miniwob --harness som-tools,html-commands,outline-coords \
-	  --policy expert --seeds 0-4
+	$(VENV)/bin/tackroom eval --suite miniwob --tasks $(DEMO_TASKS) \
+	  --harness som-tools,html-commands,outline-coords --policy bundled,expert --seeds 0-2 --max-tokens 64
 	$(VENV)/bin/tackroom report latest
+
+## the bundled policy, reproducibly: expert episodes under som-tools (seeds 1000-1149, never
+## evaluated on) -> a fresh `model init` -> `tackroom sft` -> installed into the package
+POLICY_DIR := build/policy
+policy: setup
+	rm -rf $(POLICY_DIR)
+	$(VENV)/bin/tackroom eval --suite miniwob --tasks $(DEMO_TASKS) --harness som-tools \
+	  --policy expert --seeds 1000-1149 --db $(POLICY_DIR)/records.duckdb
+	$(VENV)/bin/tackroom model init $(POLICY_DIR)/init --size small --seed 0
+	$(VENV)/bin/tackroom sft $(POLICY_DIR)/init --out $(POLICY_DIR)/sft \
+	  --db $(POLICY_DIR)/records.duckdb --harness som-tools --epochs 2 --batch-size 16 --threads 1 \
+	  --lr 2e-3 --warmup 20 --checkpoint-every 50 --save-dtype float16
+	$(PY) -m tackroom.policies.bundled install $(POLICY_DIR)/sft/final
+	$(MAKE) policy-table
+
+## the bundled policy's success per task under its own harness and the others (docs/models.md)
+policy-table: setup
+	$(VENV)/bin/tackroom eval --suite miniwob --tasks $(DEMO_TASKS) \
+	  --harness som-tools,html-commands,outline-coords --policy bundled --seeds 0-9 --max-tokens 64 \
+	  --db $(POLICY_DIR)/eval.duckdb
 
 ## the whole test suite (lint first)
 test: setup

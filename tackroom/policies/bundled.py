@@ -46,9 +46,15 @@ def bundled_id() -> str:
 
 
 def make_bundled_policy(**opts: Any) -> Any:
-    """The bundled model as an :class:`~tackroom.policies.hf_policy.HFPolicy`."""
+    """The bundled model as an :class:`~tackroom.policies.hf_policy.HFPolicy`.
+
+    One torch thread unless asked otherwise: a 5M-parameter model's matrices are
+    too small to split, and on a busy CPU two threads that wait for each other
+    decode it several times slower than one.
+    """
     from tackroom.policies.hf_policy import make_hf_policy
 
+    opts.setdefault("threads", 1)
     policy = make_hf_policy(f"hf:{bundled_dir()}", **opts)
     policy.id = bundled_id()
     return policy

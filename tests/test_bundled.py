@@ -1,0 +1,86 @@
+"""The bundled policy: shipped in the package, small, and the same over HTTP as in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tackroom.policies import make_policy  # noqa: E402
+from tackroom.policies.bundled import BUNDLED_DIR, MAX_BYTES, bundled_id  # noqa: E402
+from tackroom.records import RecordStore  # noqa: E402
+
+TACKROOM = [sys.executable, "-m", "tackroom.cli"]
+ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+
+
+def test_the_bundled_policy_ships_in_the_package_and_is_small() -> None:
+    files = [p for p in BUNDLED_DIR.iterdir() if p.is_file()]
+    assert sum(p.stat().st_size for p in files) <= MAX_BYTES
+    card = json.loads((BUNDLED_DIR / "tackroom_model.json").read_text())
+    # Trained by our own pipeline: `model init` then `sft` on recorded expert episodes.
+    assert card["sft"]["selection"]["harnesses"] == ["som-tools"]
+    assert card["sft"]["steps"] > 0
+    policy = make_policy("bundled")
+    assert policy.id == bundled_id() and policy.id.startswith("bundled@")
+    assert make_policy("hf:bundled").id == policy.id
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _outcomes(db: Path) -> dict[tuple[str, int], str]:
+    with RecordStore(db, read_only=True) as store:
+        rows = store.episodes(store.latest_run_id())
+    return {(r["task"], r["seed"]): r["outcome"] for r in rows}
+
+
+@pytest.mark.browser
+def test_bundled_in_process_and_through_serve_succeed_alike_on_miniwob(tmp_path: Path) -> None:
+    tasks = "click-test,focus-text,click-dialog,click-test-2"
+    common = ["--suite", "miniwob", "--tasks", tasks, "--harness", "som-tools",
+              "--seeds", "0-2", "-n", "1"]
+    direct = subprocess.run([*TACKROOM, "eval", *common, "--policy", "hf:bundled",
+                             "--db", str(tmp_path / "a.duckdb")], capture_output=True,
+                            text=True, env=ENV, timeout=600)
+    assert direct.returncode == 0, direct.stderr
+    port = _free_port()
+    server = subprocess.Popen([*TACKROOM, "serve", str(BUNDLED_DIR), "--port", str(port),
+                               "--threads", "1"], env=ENV, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/models", timeout=2) as r:
+                    name = json.load(r)["data"][0]["id"]
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read()
+                assert time.time() < deadline, "server did not come up"
+                time.sleep(0.3)
+        served = subprocess.run([*TACKROOM, "eval", *common, "--policy", f"openai:{name}",
+                                 "--base-url", url, "--db", str(tmp_path / "b.duckdb")],
+                                capture_output=True, text=True, env=ENV, timeout=600)
+        assert served.returncode == 0, served.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    a, b = _outcomes(tmp_path / "a.duckdb"), _outcomes(tmp_path / "b.duckdb")
+    assert len(a) == 12 and a == b
+    # It is a trained policy, not a random one: it solves most of these simple tasks.
+    assert Counter(a.values())["success"] >= 8
