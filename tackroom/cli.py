@@ -989,6 +989,122 @@ def sft_cmd(
                   f"--policy {spec} ...")
 
 
+@app.command("train")
+def train_cmd(
+    overrides: Annotated[list[str] | None, typer.Argument(
+        help="Settings section.key=value (TOML values), applied after --config.")] = None,
+    config: Annotated[str | None, typer.Option(
+        "--config", "-c", help="A TOML file of RLConfig sections (docs/training.md).")] = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue from the newest checkpoint in run.out_dir.")] = False,
+    ray: Annotated[bool, typer.Option(
+        "--ray", help="Online rollouts on Ray actors (a local cluster sized to this "
+        "machine).")] = False,
+    ray_address: Annotated[str | None, typer.Option(
+        help="Join this Ray cluster instead (auto, HOST:6379, ray://HOST:10001); implies "
+        "--ray.")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads.")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print the resolved configuration, train nothing.")] = False,
+    db: DbOpt = DEFAULT_DB,
+) -> None:
+    """Policy-gradient training (GRPO, Dr.GRPO, GSPO) across harnesses, online or on records.
+
+    Every step's metrics go to the record store (`tackroom runs`); online rollouts are
+    recorded too, each turn with the weight version that wrote it.
+
+    [bold]Examples[/bold]
+
+      tackroom train -c train.toml
+
+      tackroom train -c train.toml algo.algorithm=gspo grouping.group=cross lora.rank=16
+
+      tackroom train -c train.toml --resume            # after a crash
+
+      tackroom eval --suite toy --policy hf:BASE:runs/train/final ...
+    """
+    from tackroom.train.config import RLConfig
+    from tackroom.train.rl import run_rl
+
+    cfg = RLConfig.from_toml(config, overrides or [])
+    if dry_run:
+        console.print(cfg.to_toml(resolved=True), markup=False, highlight=False)
+        return
+    store = _open_store(db)
+    run_id = "train-" + _new_run_id()
+    with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("eta"),
+                  TimeRemainingColumn(), console=console) as progress:
+        bar = progress.add_task("steps", total=cfg.steps, stats="first rollouts…")
+
+        def on_step(step: int, total: int, m: dict[str, float]) -> None:
+            stats = (f"reward {m.get('reward_mean', float('nan')):.2f} · success "
+                     f"{m.get('success', 0.0):.0%} · loss {m.get('loss', float('nan')):.3f}")
+            if "eval/success" in m:
+                stats += f" · eval {m['eval/success']:.0%}"
+            progress.update(bar, total=total, completed=step, stats=stats)
+
+        try:
+            result = run_rl(cfg, store, run_id, resume=resume, ray=ray,
+                            ray_address=ray_address, threads=threads, on_step=on_step,
+                            on_note=lambda line: progress.console.print(escape(line)))
+        finally:
+            store.close()
+    console.print(f"[bold]trained:[/bold] {result.steps} steps ({cfg.algorithm}, "
+                  f"{'LoRA' if cfg.lora else 'full'}); run {result.run_id} in {db}")
+    if result.eval:
+        parts = ", ".join(f"{k.removeprefix('eval/success/')} {v:.0%}"
+                          for k, v in result.eval.items() if k.startswith("eval/success/"))
+        console.print(f"[bold]evaluation[/bold] (greedy, held-out seeds): "
+                      f"{result.eval.get('eval/success', 0.0):.0%} ({parts})")
+    spec = f"hf:{result.base_model}:{result.final}" if cfg.lora else f"hf:{result.final}"
+    console.print(f"[bold]model:[/bold] {result.final} (version {result.version})\n"
+                  f"evaluate it: tackroom eval --policy {spec} ...")
+
+
+@app.command("export-groups")
+def export_groups_cmd(
+    runs: Annotated[list[str] | None, typer.Argument(
+        help="Runs to export (default: every run in the store).")] = None,
+    out: Annotated[str, typer.Option("--out", "-o", help="Directory for the Parquet files.")
+                   ] = "groups",
+    fmt: Annotated[list[str] | None, typer.Option(
+        "--format", help="verl, trl (comma-separated; default both).")] = None,
+    config: Annotated[str | None, typer.Option(
+        "--config", "-c", help="A training TOML: its [grouping] decides groups and "
+        "advantages.")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="section.key=value, e.g. grouping.group=cross (repeatable).")] = None,
+    suite: Annotated[str | None, typer.Option(help="Only episodes of this suite.")] = None,
+    harness: Annotated[list[str] | None, typer.Option(
+        help="Only these harnesses (comma-separated).")] = None,
+    tasks: Annotated[list[str] | None, typer.Option(help="Task ids or globs.")] = None,
+    db: DbOpt = DEFAULT_DB,
+) -> None:
+    """Export recorded episodes as groups with advantages, for verl and TRL (Parquet).
+
+    One row per turn: the prompt the policy saw, its reply, and the episode's group,
+    reward and advantage (grouping and normalisation as `tackroom train` computes them).
+
+    [bold]Example[/bold]
+
+      tackroom export-groups RUN_ID -o groups --set grouping.group=cross
+    """
+    from tackroom.train.config import RLConfig
+    from tackroom.train.export import FORMATS, export_groups
+
+    cfg = RLConfig.from_toml(config, set_ or [])
+    with _open_store(db) as store:
+        run_ids = [store.latest_run_id() or "" if r == "latest" else r for r in _split(runs)]
+        result = export_groups(store, out, cfg, runs=run_ids, suite=suite or "",
+                               harnesses=_split(harness), tasks=_split(tasks),
+                               formats=_split(fmt) or list(FORMATS))
+    console.print(f"[bold]exported[/bold] {result.rows} turns of {result.episodes} episodes "
+                  f"in {result.groups} groups (grouping.group = {cfg.group!r}):")
+    for name, path in result.files.items():
+        console.print(f"  {name}: {path}")
+
+
 @app.command("serve")
 def serve_cmd(
     model_dir: Annotated[str, typer.Argument(help="A local model directory (save_pretrained).")],

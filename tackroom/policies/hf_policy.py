@@ -72,10 +72,32 @@ class _Job:
     adapter: str | None
     future: asyncio.Future
     queued_at: float = field(default_factory=time.monotonic)
+    #: What the response records as its adapter: the adapter's name, or the weight
+    #: version of an in-memory model being trained (:meth:`HFPolicy.set_version`).
+    label: str | None = None
+
+
+#: Written next to an adapter by ``tackroom train``: ``{"version": ...}`` names its weights.
+ADAPTER_VERSION_FILE = "tackroom_adapter.json"
 
 
 def _adapter_name(path: str) -> str:
-    """A peft-safe adapter name from a path (peft module keys cannot hold dots)."""
+    """A peft-safe adapter name from a path (peft module keys cannot hold dots).
+
+    An adapter saved by ``tackroom train`` carries its weight version (run and
+    step) in ``tackroom_adapter.json``; that version is its name, so turns it
+    serves record the same version as the trainer's own rollouts did.
+    """
+    version_file = Path(path) / ADAPTER_VERSION_FILE
+    if version_file.is_file():
+        import json
+
+        try:
+            version = json.loads(version_file.read_text()).get("version")
+        except (OSError, ValueError, AttributeError):
+            version = None
+        if isinstance(version, str) and _ADAPTER_NAME.match(version):
+            return version
     name = re.sub(r"[^A-Za-z0-9_\-]", "_", Path(path).name or "adapter")
     return name or "adapter"
 
@@ -99,7 +121,8 @@ class HFPolicy:
 
     def __init__(self, model_dir: str | Path, *, adapter: str | None = None,
                  device: str = "cpu", dtype: str | None = None, max_batch: int = 8,
-                 batch_wait_ms: float = 5.0, threads: int | None = None) -> None:
+                 batch_wait_ms: float = 5.0, threads: int | None = None,
+                 _preloaded: tuple[Any, Any] | None = None) -> None:
         self.model_dir = str(model_dir)
         self.id = f"hf:{self.model_dir}" + (f":{adapter}" if adapter else "")
         if int(max_batch) < 1 or float(batch_wait_ms) < 0:
@@ -113,7 +136,11 @@ class HFPolicy:
                               "give threads >= 1, or leave it unset")
         self.max_batch = int(max_batch)
         self.batch_wait_ms = float(batch_wait_ms)
-        self.tokenizer, self.model, self.dtype = self._load(device, dtype)
+        if _preloaded is not None:  # see from_model
+            self.tokenizer, self.model = _preloaded
+            self.dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        else:
+            self.tokenizer, self.model, self.dtype = self._load(device, dtype)
         config = self.model.config
         self.max_positions = int(getattr(config, "max_position_embeddings", 0) or 0) or None
         self.pad_id = self.tokenizer.pad_token_id
@@ -131,6 +158,7 @@ class HFPolicy:
         self._lock = threading.RLock()  # one user of the model at a time
         self._adapters: dict[str, str] = {}
         self._active: str | None = None
+        self._version: str | None = None
         self._rng = random.Random()
         self._executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -222,6 +250,33 @@ class HFPolicy:
             "threads": self.threads,
             "logprobs": "log_softmax of unmodified logits (temperature 1)",
         }
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: Any, *, model_dir: str | Path,
+                   policy_id: str | None = None, device: str = "cpu", max_batch: int = 8,
+                   batch_wait_ms: float = 5.0) -> HFPolicy:
+        """A policy serving ``model`` as it is in memory — e.g. weights being trained.
+
+        Nothing is loaded or copied: rollouts see the current weights (a peft
+        model serves with its active adapter), so a trainer needs no reload
+        between steps. The caller owns train/eval mode and must not update the
+        weights while a call is being served. ``model_dir`` names the base
+        checkpoint in :meth:`describe`; ``policy_id`` is the id in records.
+        Label the weights with :meth:`set_version`.
+        """
+        policy = cls(model_dir, device=device, max_batch=max_batch,
+                     batch_wait_ms=batch_wait_ms, _preloaded=(tokenizer, model))
+        if policy_id is not None:
+            policy.id = policy_id
+        return policy
+
+    def set_version(self, version: str | None) -> None:
+        """Record ``version`` as the adapter of later turns served without a named adapter.
+
+        A trainer calls this after each update, so every turn says which weights
+        wrote it (``Turn.adapter``) even though the model never left memory.
+        """
+        self._version = version
 
     # ------------------------------------------------------------- adapters
     @property
@@ -334,7 +389,8 @@ class HFPolicy:
                 "shorten the harness's observations or history")
         job = _Job(prompt=prompt, sampling=s, max_new=max(1, min(int(s.max_tokens), room)),
                    parse_tools=bool(request.tools), adapter=self._active,
-                   future=asyncio.get_running_loop().create_future())
+                   future=asyncio.get_running_loop().create_future(),
+                   label=self._active if self._active is not None else self._version)
         self._enqueue(job)
         return await job.future
 
@@ -438,7 +494,7 @@ class HFPolicy:
         return PolicyResponse(
             text=text, tool_calls=calls, prompt_tokens=len(job.prompt),
             completion_tokens=len(tokens), token_ids=tokens, logprobs=logprobs,
-            model=self.model_dir, adapter=job.adapter, finish_reason=finish)
+            model=self.model_dir, adapter=job.label, finish_reason=finish)
 
     # ---------------------------------------------------------------- close
     async def aclose(self) -> None:

@@ -50,6 +50,9 @@ NORMALISATIONS = ("per_harness", "pooled", "none")
 CRITICS = ("none", "shared", "harness")
 HARNESS_EMBEDS = ("add", "concat")
 SCHEDULES = ("cosine", "linear", "constant")
+DATA_SOURCES = ("online", "records")
+REWARDS = ("success", "recorded")
+LOGGERS = ("wandb", "mlflow")
 SECTIONS = ("algo", "grouping", "critic", "lora", "optim", "model", "data", "rollout", "eval",
             "run")
 #: Other spellings accepted for a section name.
@@ -158,6 +161,13 @@ class RLConfig:
                                 factory=list)
     tasks_per_step: int = _opt(8, "data", "tasks drawn per step (× harnesses × group_size "
                                "rollouts)")
+    source: str = _opt("online", "data", "online: roll out the current policy each step; "
+                       "records: frozen episodes from the record store", choices=DATA_SOURCES)
+    runs: list[str] = _opt(None, "data", "record runs to train on (source = records; "
+                           "[]: every run)", factory=list)
+    reward: str = _opt("success", "data", "an episode's return: success = 1 if it succeeded "
+                       "else 0 (the solve rate); recorded = the environment's reward",
+                       choices=REWARDS)
 
     # [rollout] ------------------------------------------------------------ sampling
     temperature: float = _opt(1.0, "rollout", "sampling temperature (also divides the "
@@ -180,6 +190,8 @@ class RLConfig:
     checkpoint_every: int = _opt(50, "run", "save a checkpoint every N steps (0: only the "
                                  "final one)")
     out_dir: str = _opt("runs/train", "run", "where checkpoints go")
+    log_to: list[str] = _opt(None, "run", "also log metrics to: wandb, mlflow (when installed)",
+                             factory=list)
 
     #: Where each field's value came from ("train.toml", "override 'algo.beta=…'"), for errors.
     _sources: dict[str, str] = field(default_factory=dict, init=False, repr=False,
@@ -259,6 +271,10 @@ class RLConfig:
         need("eval_every", self.eval_every >= 0, ">= 0", "0")
         need("eval_seeds", self.eval_seeds >= 1, ">= 1", "1")
         need("checkpoint_every", self.checkpoint_every >= 0, ">= 0", "50")
+        for logger in self.log_to:
+            if logger not in LOGGERS:
+                raise self._fail("log_to", f"names an unknown logger {logger!r}",
+                                 f"use any of: {', '.join(LOGGERS)}")
 
         # The group key is compiled now, so a bad expression fails before any rollout.
         from tackroom.train.advantages import compile_group_key
@@ -400,7 +416,7 @@ _FLOATS = {"epsilon", "epsilon_low", "epsilon_high", "beta", "std_eps", "gamma",
            "value_coef", "value_clip", "lora_dropout", "lr", "weight_decay", "adam_beta1",
            "adam_beta2", "max_grad_norm", "min_lr_ratio", "temperature", "top_p"}
 _BOOLS = {"scale_std", "lora", "kl_ratio_correction"}
-_LISTS = {"tasks", "harnesses", "eval_harnesses", "eval_tasks"}
+_LISTS = {"tasks", "harnesses", "eval_harnesses", "eval_tasks", "runs", "log_to"}
 _STR_OR_LIST = {"lora_target_modules"}
 _INTS = {n for n, f in _FIELDS.items()
          if isinstance(f.default, int) and not isinstance(f.default, bool)

@@ -18,7 +18,7 @@ import json
 import math
 import random
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,11 +212,14 @@ class TrainEngine:
         return {"grad_norm": float(norm), "lr": lr}
 
     # ---------------------------------------------------------- checkpoints
-    def save_checkpoint(self, state: Mapping[str, Any]) -> Path:
+    def save_checkpoint(self, state: Mapping[str, Any], *,
+                        extra: Callable[[Path], None] | None = None) -> Path:
         """Write ``checkpoint-<step>`` (weights, tokenizer, optimiser, ``state``).
 
         The directory is written under a temporary name and renamed, so a
         crash mid-save never leaves a checkpoint that looks complete.
+        ``extra(directory)`` writes further files (a value head, a version
+        file) into it before the rename, so they are part of that promise.
         """
         import torch
 
@@ -224,6 +227,8 @@ class TrainEngine:
         tmp = self.out_dir / f".tmp-{CHECKPOINT_PREFIX}{self.step}"
         shutil.rmtree(tmp, ignore_errors=True)
         self._save_weights(tmp)
+        if extra is not None:
+            extra(tmp)
         torch.save({"optimizer": self.optimizer.state_dict(),
                     "torch_rng": torch.get_rng_state(),
                     "python_rng": random.getstate()}, tmp / OPTIMIZER_FILE)

@@ -1,0 +1,273 @@
+"""A GSPO LoRA update step: tackroom vs TRL's GRPOTrainer, same model, same batch (a benchmark).
+
+Both sides train a rank-32 LoRA adapter on the same local model (built offline
+by ``tackroom model init``) with the same batch: one group of G completions of
+one real harness prompt (the first turn of a toy task under ``som-tools``:
+system prompt, tool schemas, page), rewards alternating 1/0.
+
+* tackroom: :class:`tackroom.train.learner.Learner` — ``algo.algorithm = "gspo"``,
+  its shared-prompt forward pass, loss, backward and AdamW step.
+* TRL: a real ``GRPOTrainer`` (``importance_sampling_level="sequence"``,
+  ε = 3e-4 / 4e-4, ``loss_type="grpo"``) built by TRL's own ``__init__``
+  (tackroom.testing.trl_reference); its batch from its own
+  ``_generate_and_score_completions`` on the fixed completions; timed:
+  ``compute_loss`` + ``accelerator.backward`` + optimiser step.
+
+Generation is not timed on either side (π_old comes with the batch, as
+recorded log-probs do). Each side runs in a fresh process, so peak memory is
+its own: the growth of resident memory over the steps (CPU; sampled every
+2 ms), or ``torch.cuda.max_memory_allocated`` over the steps (CUDA).
+Reported: completion tokens trained per second (median step), the ratio
+tackroom / TRL (target ≥ 1.0), and peak memory.
+
+Usage: .venv/bin/python bench/train.py [--size small] [--group 8] [--completion 64]
+                                       [--steps 5] [--threads 2] [--device auto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+RANK, ALPHA = 32, 64
+
+
+# ---------------------------------------------------------------------------- shared set-up
+
+def _prompt_messages() -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """The first prompt of a toy episode under som-tools, and the harness's tool schemas."""
+    from tackroom.core.policy import Sampling
+    from tackroom.harness.spec import load_harness
+    from tackroom.policies import make_policy
+    from tackroom.runner.grid import plan_grid, run_cells
+    from tackroom.suites import get_suite
+
+    suite = get_suite("toy")
+    h = load_harness("som-tools")
+    cells = plan_grid([suite.task("click-button")], [h], [make_policy("expert")], [0],
+                      Sampling()).cells
+    ep = asyncio.run(run_cells(cells, suite, "bench"))[0]
+    return ep.turns[0].messages, h.parser.tools(h.interface)
+
+
+def _batch(model_dir: str, group: int, completion: int) -> dict[str, Any]:
+    """Prompt text and ids, G completions (token ids), rewards: identical for both sides."""
+    import torch
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    messages, tools = _prompt_messages()
+    text = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
+                                   tokenize=False)
+    prompt_ids = tok(text)["input_ids"]
+    special = set(tok.all_special_ids)
+    allowed = torch.tensor([i for i in range(len(tok)) if i not in special])
+    g = torch.Generator().manual_seed(0)
+    completions = [allowed[torch.randint(len(allowed), (completion,), generator=g)].tolist()
+                   for _ in range(group)]
+    return {"text": text, "prompt_ids": prompt_ids, "completions": completions,
+            "rewards": [float(i % 2 == 0) for i in range(group)]}
+
+
+class _PeakRSS:
+    """Peak resident memory above a baseline, sampled by a thread (CPU runs)."""
+
+    def __init__(self) -> None:
+        self.base = self._rss()
+        self.peak = self.base
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._rss())
+            time.sleep(0.002)
+
+    def __enter__(self) -> _PeakRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._rss())
+
+    @property
+    def grown(self) -> int:
+        return self.peak - self.base
+
+
+def _measure(step, steps: int, device: str) -> dict[str, float]:
+    """Median seconds per step (after one warm-up step) and peak memory growth in bytes."""
+    import torch
+
+    step()  # warm-up: allocator, kernels, optimiser state
+    times: list[float] = []
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        peak = torch.cuda.max_memory_allocated() - base
+    else:
+        with _PeakRSS() as mem:
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                step()
+                times.append(time.perf_counter() - t0)
+        peak = mem.grown
+    return {"seconds": statistics.median(times), "peak_bytes": float(peak)}
+
+
+# ---------------------------------------------------------------------------- the two sides
+
+def run_tackroom(model_dir: str, out: str, batch: dict[str, Any], args: dict[str, Any]
+                 ) -> dict[str, float]:
+    import torch
+
+    from tackroom.train.advantages import compute_advantages
+    from tackroom.train.config import RLConfig
+    from tackroom.train.engine import TrainEngine
+    from tackroom.train.learner import Learner
+    from tackroom.train.samples import TurnSample
+
+    torch.set_num_threads(args["threads"])
+    group = len(batch["completions"])
+    cfg = RLConfig(algorithm="gspo", lora_rank=RANK, lora_alpha=ALPHA, lr=1e-5,
+                   micro_batch_size=group, steps=args["steps"] + 1, device=args["device"],
+                   max_completion_length=args["completion"])
+    engine = TrainEngine(model_dir, out, cfg.steps, lora=cfg.lora_settings(),
+                         optim=cfg.optim_settings(), device=args["device"],
+                         threads=args["threads"])
+    learner = Learner(engine, cfg)
+    adv = compute_advantages([{"task": "t", "harness": "h", "reward": r}
+                              for r in batch["rewards"]]).values
+    samples = [TurnSample(list(batch["prompt_ids"]), list(c), None, i, 0, "h", advantage=a)
+               for i, (c, a) in enumerate(zip(batch["completions"], adv, strict=True))]
+    learner.before_update(samples, [])  # π_old, as a sampler's recorded log-probs would be
+    return _measure(lambda: learner.update(samples), args["steps"], args["device"])
+
+
+def run_trl(model_dir: str, out: str, batch: dict[str, Any], args: dict[str, Any]
+            ) -> dict[str, float]:
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tackroom.testing.trl_reference import make_trainer, trl_batch
+
+    torch.set_num_threads(args["threads"])
+    group = len(batch["completions"])
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    from tackroom.policies.chat_format import no_progress_bars
+
+    with no_progress_bars():
+        model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True,
+                                                     dtype=torch.float32)
+    trainer = make_trainer(
+        out, num_generations=group, max_completion_length=args["completion"], model=model,
+        tokenizer=tok, peft_config=LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0,
+                                              target_modules="all-linear",
+                                              task_type="CAUSAL_LM"),
+        importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4,
+        loss_type="grpo", learning_rate=1e-5, use_cpu=not args["device"].startswith("cuda"))
+    inputs = trl_batch(trainer, [batch["text"]] * group, batch["rewards"],
+                       batch["completions"])
+    assert inputs["prompt_ids"][0].tolist()[-len(batch["prompt_ids"]):] == batch["prompt_ids"]
+    trainer.create_optimizer()
+    optimizer = trainer.optimizer
+
+    def step() -> None:
+        loss = trainer.compute_loss(trainer.model, inputs)
+        trainer.accelerator.backward(loss)
+        torch.nn.utils.clip_grad_norm_([p for p in trainer.model.parameters()
+                                        if p.requires_grad], 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return _measure(step, args["steps"], args["device"])
+
+
+def _child(side: str, model_dir: str, batch: dict[str, Any], args: dict[str, Any],
+           queue: Any) -> None:
+    import warnings
+
+    # peft and TRL call transformers APIs it deprecates; not what is measured here.
+    warnings.simplefilter("ignore", FutureWarning)
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            fn = run_tackroom if side == "tackroom" else run_trl
+            queue.put((side, fn(model_dir, out, batch, args), None))
+    except Exception as e:  # noqa: BLE001 - reported by the parent
+        import traceback
+
+        queue.put((side, None, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="small", help="tackroom model init size")
+    ap.add_argument("--group", type=int, default=8, help="completions per group (G)")
+    ap.add_argument("--completion", type=int, default=64, help="tokens per completion")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per side")
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    a = ap.parse_args()
+    import torch
+
+    device = a.device if a.device != "auto" else ("cuda" if torch.cuda.is_available()
+                                                   else "cpu")
+    from tackroom.models import init_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = str(init_model(Path(tmp) / "model", size=a.size, seed=0))
+        batch = _batch(model_dir, a.group, a.completion)
+        args = {"steps": a.steps, "threads": a.threads, "device": device,
+                "completion": a.completion}
+        ctx = mp.get_context("spawn")
+        results: dict[str, dict[str, float]] = {}
+        for side in ("tackroom", "trl"):
+            queue = ctx.Queue()
+            proc = ctx.Process(target=_child, args=(side, model_dir, batch, args, queue))
+            proc.start()
+            name, result, error = queue.get()
+            proc.join()
+            if error:
+                raise SystemExit(f"{side} failed:\n{error}")
+            results[name] = result
+    tokens = a.group * a.completion
+    print(f"GSPO LoRA (r={RANK}) update step, model size {a.size!r}, device {device}, "
+          f"{a.threads} thread(s); batch: G = {a.group} completions × {a.completion} tokens "
+          f"after a {len(batch['prompt_ids'])}-token prompt")
+    print(f"{'':10} {'s/step':>8} {'tokens/s':>10} {'peak memory':>12}")
+    for side in ("tackroom", "trl"):
+        r = results[side]
+        print(f"{side:10} {r['seconds']:8.3f} {tokens / r['seconds']:10.1f} "
+              f"{r['peak_bytes'] / 2**20:9.1f} MiB")
+    ratio = results["trl"]["seconds"] / results["tackroom"]["seconds"]
+    print(f"tokens/s ratio tackroom / TRL: {ratio:.2f}× (target ≥ 1.0)")
+
+
+if __name__ == "__main__":
+    main()

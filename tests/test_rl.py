@@ -1,0 +1,324 @@
+"""`tackroom train`: RL that measurably improves a policy, on live rollouts and on frozen records.
+
+Real components throughout: a tiny Qwen2 built offline, SFT'd on toy expert episodes
+so it succeeds sometimes; the toy suite; the runner; the record store; the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch  # noqa: E402
+
+from tackroom.core.policy import Sampling  # noqa: E402
+from tackroom.harness.spec import load_harness  # noqa: E402
+from tackroom.models import init_model  # noqa: E402
+from tackroom.models.corpus import harness_corpus  # noqa: E402
+from tackroom.policies import make_policy  # noqa: E402
+from tackroom.records import RecordStore  # noqa: E402
+from tackroom.runner.grid import plan_grid, run_cells  # noqa: E402
+from tackroom.suites import get_suite  # noqa: E402
+from tackroom.train.config import RLConfig  # noqa: E402
+from tackroom.train.engine import OptimSettings  # noqa: E402
+from tackroom.train.rl import run_rl  # noqa: E402
+from tackroom.train.rollouts import EVAL_SEED_BASE  # noqa: E402
+from tackroom.train.sft import Selection, SFTConfig, run_sft  # noqa: E402
+
+torch.set_num_threads(1)
+
+TACKROOM = [sys.executable, "-m", "tackroom.cli"]
+TASKS = "focus-text,click-dialog"
+# A compact text harness: numbered element list, one `click N` command, one turn. Short
+# prompts and replies keep SFT and RL on a 1M-parameter model within seconds.
+HARNESS = """name = "list-cmd1"
+description = "Numbered element list; one text command; one turn."
+[prompt]
+system = "You are a web agent. Act on an element by its [number]."
+[observation]
+renderer = "element_list"
+[actions]
+interface = "element_refs"
+parser = "commands"
+[loop]
+actions_per_turn = 1
+history = 1
+on_malformed = "feedback"
+on_action_error = "feedback"
+[budget]
+turns = 1
+wall_seconds = 60
+state_to_model = false
+"""
+# The same harness under another system prompt: a second environment index for V(s, e).
+HARNESS_B = """extends = "list-cmd1"
+name = "list-cmd1b"
+[prompt]
+system = "You are a careful web agent. Click the element the task names, by its [number]."
+"""
+
+
+def _run(cells, suite, run_id, store=None):
+    return asyncio.run(run_cells(cells, suite, run_id, store=store, concurrency=16))
+
+
+def greedy_success(spec: str, n: int = 64) -> float:
+    """Greedy success of ``spec`` on held-out seeds (never used by training rollouts)."""
+    suite = get_suite("toy")
+    policy = make_policy(spec, threads=1, max_batch=16)
+    tasks = [suite.task(t) for t in TASKS.split(",")]
+    cells = plan_grid(tasks, [load_harness("list-cmd1")], [policy],
+                      [EVAL_SEED_BASE + k for k in range(n)], Sampling(max_tokens=16)).cells
+    eps = _run(cells, suite, "greedy")
+    return sum(e.outcome.value == "success" for e in eps) / len(eps)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """A tiny model SFT'd on 16 toy expert episodes, and a store of records.
+
+    Records: ``expert`` (no token ids, no log-probs) and ``sampled`` (the SFT model at
+    temperature 1 under two harnesses, with token ids and log-probs).
+    """
+    root = tmp_path_factory.mktemp("rl")
+    (root / "harnesses").mkdir()
+    (root / "harnesses" / "list-cmd1.toml").write_text(HARNESS)
+    (root / "harnesses" / "list-cmd1b.toml").write_text(HARNESS_B)
+    old = os.environ.get("TACKROOM_HARNESS_PATH")
+    os.environ["TACKROOM_HARNESS_PATH"] = str(root / "harnesses")
+    init_model(root / "tiny", size="tiny", corpus=harness_corpus(seeds=(0,)), seed=0)
+    suite = get_suite("toy")
+    tasks = [suite.task(t) for t in TASKS.split(",")]
+    h1, h2 = load_harness("list-cmd1"), load_harness("list-cmd1b")
+    db = root / "r.duckdb"
+    with RecordStore(db) as store:
+        store.start_run("expert", "eval", {}, n_planned=0)
+        _run(plan_grid(tasks, [h1], [make_policy("expert")], list(range(8)),
+                       Sampling()).cells, suite, "expert", store)
+        sft = run_sft(SFTConfig(model=str(root / "tiny"), out=str(root / "sft"),
+                                selection=Selection(runs=("expert",)),
+                                optim=OptimSettings(lr=1e-2, warmup_steps=2), epochs=30,
+                                batch_size=8, threads=1, checkpoint_every=1000),
+                      store, "sft")
+        policy = make_policy(f"hf:{sft.final}", threads=1, max_batch=16)
+        store.start_run("sampled", "eval", {}, n_planned=0)
+        _run(plan_grid(tasks, [h1, h2], [policy], list(range(6)),
+                       Sampling(temperature=1.0, max_tokens=16, seed=3, logprobs=True)).cells,
+             suite, "sampled", store)
+    yield {"root": root, "db": str(db), "sft": str(sft.final)}
+    if old is None:
+        os.environ.pop("TACKROOM_HARNESS_PATH", None)
+    else:
+        os.environ["TACKROOM_HARNESS_PATH"] = old
+
+
+def _cfg(env, out: Path, *overrides: str) -> RLConfig:
+    return RLConfig.from_toml(None, [
+        f"model.path={env['sft']}", "model.device=cpu", "data.suite=toy", f"data.tasks={TASKS}",
+        "data.harnesses=list-cmd1", "rollout.max_tokens=16", "rollout.concurrency=32",
+        f"run.out_dir={out}", "optim.micro_batch_size=8", *overrides])
+
+
+def test_online_rl_raises_greedy_success_on_held_out_seeds(env, tmp_path):
+    before = greedy_success(f"hf:{env['sft']}")
+    # Dr.GRPO (no length bias), a per-instance baseline, a KL leash to the SFT model:
+    # on this 1M-parameter model these keep 10 steps from collapsing into empty replies.
+    cfg = _cfg(env, tmp_path / "rl", "algo.algorithm=dr_grpo", "algo.max_completion_length=16",
+               "algo.beta=0.1", "grouping.group=task + '|' + str(seed)",
+               "grouping.group_size=8", "data.tasks_per_step=6", "optim.lr=2e-3",
+               "optim.steps=10", "lora.enabled=false", "run.checkpoint_every=0", "run.seed=0")
+    with RecordStore(env["db"]) as store:
+        result = run_rl(cfg, store, "rl-improve", threads=1)
+        steps = store.train_steps("rl-improve")
+        n_rollouts = store.count("rl-improve")
+    after = greedy_success(f"hf:{result.final}")
+    assert result.steps == 10 and [s["step"] for s in steps] == list(range(1, 11))
+    assert n_rollouts == 10 * 6 * 8  # every rollout is recorded
+    assert all(s["recorded_logprobs"] == 1.0 for s in steps)  # π_old = the sampler's log-probs
+    # Before: ~12% (the SFT model clicks the first input whatever the task says);
+    # after: ~43% on the same 128 held-out episodes.
+    assert after >= before + 0.15, (before, after)
+
+
+def test_offline_records_with_logprobs_use_them(env, tmp_path):
+    notes: list[str] = []
+    cfg = _cfg(env, tmp_path / "off", "data.source=records", "data.runs=sampled",
+               "data.harnesses=list-cmd1,list-cmd1b", "optim.steps=2", "data.tasks_per_step=1",
+               "lora.rank=4", "lora.alpha=8", "optim.lr=1e-3")
+    with RecordStore(env["db"]) as store:
+        result = run_rl(cfg, store, "off-lp", threads=1, on_note=notes.append)
+        steps = store.train_steps("off-lp")
+        assert store.count("off-lp") == 0  # frozen: no new episodes
+    assert "records: all 24 turns carry log-probs; used as π_old" in notes
+    assert [s["step"] for s in steps] == [1, 2]
+    assert all(s["recorded_logprobs"] == 1.0 for s in steps)
+    # Each step takes one task with every episode of it, both harnesses: whole groups.
+    assert all(s["episodes"] == 12 for s in steps)
+    # Step 1's π_old is the sampler's log-probs: the policy that wrote them is this one,
+    # so the importance ratio starts at 1 (up to generation-vs-training numerics).
+    assert abs(steps[0]["ratio_mean"] - 1.0) < 1e-3
+    assert (result.final / "adapter_model.safetensors").is_file()
+
+
+def test_offline_records_without_logprobs_are_recomputed_and_said_so(env, tmp_path):
+    notes: list[str] = []
+    cfg = _cfg(env, tmp_path / "off2", "data.source=records", "data.runs=expert",
+               "optim.steps=1", "lora.rank=4", "lora.alpha=8")
+    with RecordStore(env["db"]) as store:
+        run_rl(cfg, store, "off-nolp", threads=1, on_note=notes.append)
+        steps = store.train_steps("off-nolp")
+    assert ("records: none of the 16 turns carry log-probs; recomputing π_old with the "
+            "current policy before each update") in notes
+    assert steps[0]["recorded_logprobs"] == 0.0
+    assert steps[0]["ratio_mean"] == pytest.approx(1.0, abs=1e-6)  # recomputed = current
+
+
+@pytest.mark.parametrize("critic", ["none", "shared", "harness"])
+def test_critic_options_each_train_and_v_s_e_reads_the_harness(env, tmp_path, critic):
+    cfg = _cfg(env, tmp_path / critic, "data.source=records", "data.runs=sampled",
+               "data.harnesses=list-cmd1,list-cmd1b", "optim.steps=2", "data.tasks_per_step=2",
+               "lora.rank=4", "lora.alpha=8", "optim.lr=1e-2", f"critic.kind={critic}",
+               "critic.value_hidden=16", "algo.algorithm=gspo_token" if critic != "none"
+               else "algo.algorithm=gspo")
+    with RecordStore(env["db"]) as store:
+        result = run_rl(cfg, store, f"critic-{critic}", threads=1)
+        step = store.train_steps(f"critic-{critic}")[0]
+    head_file = result.final / "value_head.pt"
+    if critic == "none":
+        assert not head_file.exists() and "value_loss" not in step
+        return
+    assert step["value_loss"] > 0 and "explained_variance" in step
+    state = torch.load(head_file, weights_only=True)
+    meta = json.loads((result.final / "value_head.json").read_text())
+    if critic == "shared":
+        assert not any(k.startswith("embedding") for k in state)
+        return
+    # V(s, e): one embedding row per training harness, indexed by the stable vocabulary.
+    # Both rows moved from their zero start, each by its own harness's turns, so the same
+    # state is now valued differently under the two harnesses.
+    assert meta["harness_vocab"] == {"list-cmd1": 0, "list-cmd1b": 1}
+    emb = state["embedding.weight"]
+    assert emb.shape[0] == 2 and bool((emb[0].abs().sum() > 0) & (emb[1].abs().sum() > 0))
+    assert not torch.allclose(emb[0], emb[1])
+    from tackroom.train.critic import ValueHead
+
+    head = ValueHead(emb.shape[1], n_harnesses=2, mlp_hidden=16)
+    head.load_state_dict(state)
+    h = torch.randn(1, emb.shape[1])
+    assert head(h, torch.tensor([0])).item() != head(h, torch.tensor([1])).item()
+
+
+def test_turns_record_the_weight_version_and_checkpoints_carry_it(env, tmp_path):
+    out = tmp_path / "ver"
+    cfg = _cfg(env, out, "optim.steps=3", "run.checkpoint_every=1", "grouping.group_size=2",
+               "data.tasks_per_step=2", "lora.rank=4", "lora.alpha=8")
+    with RecordStore(env["db"]) as store:
+        result = run_rl(cfg, store, "ver", threads=1)
+        adapters = {r["adapter"] for r in store.query(
+            "SELECT DISTINCT adapter FROM turns WHERE run_id = 'ver'")}
+    # Step k's rollouts were written by the weights after k updates, and say so.
+    assert adapters == {"ver-step-0", "ver-step-1", "ver-step-2"}
+    assert result.version == "ver-step-3"
+    ckpt = out / "checkpoint-2"
+    assert json.loads((ckpt / "tackroom_adapter.json").read_text())["version"] == "ver-step-2"
+    # A checkpoint is an adapter whose version is its name: turns it serves later record
+    # the same version as the trainer's own rollouts did.
+    suite = get_suite("toy")
+    policy = make_policy(f"hf:{env['sft']}:{ckpt}", threads=1)
+    eps = _run(plan_grid([suite.task("focus-text")], [load_harness("list-cmd1")], [policy],
+                         [EVAL_SEED_BASE], Sampling(max_tokens=16)).cells, suite, "later")
+    assert eps[0].turns[0].adapter == "ver-step-2"
+
+
+def cli(*args: str, cwd: Path, env_extra: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([*TACKROOM, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **env_extra})
+
+
+def _cli_env(env) -> dict[str, str]:
+    return {"COLUMNS": "200", "NO_COLOR": "1", "OMP_NUM_THREADS": "1",
+            "TACKROOM_HARNESS_PATH": str(env["root"] / "harnesses")}
+
+
+def _toml(env, out: Path) -> str:
+    return f"""
+[algo]
+algorithm = "gspo"
+[grouping]
+group = "cross"
+group_size = 2
+[lora]
+rank = 4
+alpha = 8
+[optim]
+lr = 1e-3
+steps = 2
+[model]
+path = "{env['sft']}"
+device = "cpu"
+[data]
+suite = "toy"
+tasks = ["focus-text", "click-dialog"]
+harnesses = ["list-cmd1", "list-cmd1b"]
+tasks_per_step = 2
+[rollout]
+max_tokens = 16
+[run]
+checkpoint_every = 2
+out_dir = "{out}"
+log_to = ["mlflow"]
+"""
+
+
+def test_cli_trains_from_toml_with_overrides_and_resumes_after_a_crash(env, tmp_path):
+    out = tmp_path / "cli"
+    (tmp_path / "train.toml").write_text(_toml(env, out))
+    args = ["train", "-c", "train.toml", "optim.steps=4", "optim.micro_batch_size=8",
+            "--db", env["db"], "--threads", "1"]
+    proc = subprocess.Popen([*TACKROOM, *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, **_cli_env(env)})
+    deadline = time.time() + 240
+    while not (out / "checkpoint-2").is_dir():
+        assert proc.poll() is None and time.time() < deadline, proc.stdout.read().decode()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "final").exists()
+    p = cli(*args, "--resume", cwd=tmp_path, env_extra=_cli_env(env))
+    assert p.returncode == 0, p.stderr
+    assert "resumed from step 2" in p.stdout
+    # An optional tracker that is not installed is one line, not a failure.
+    assert "run.log_to: mlflow is not installed" in p.stdout
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    run_id = state["run_id"]
+    assert f"run {run_id}" in p.stdout and "trained: 4 steps (gspo, LoRA)" in p.stdout
+    with RecordStore(env["db"], read_only=True) as store:
+        steps = store.train_steps(run_id)
+        config = store.run(run_id)["config"]
+    # One run, its step count continuing where the checkpoint left it.
+    assert [s["step"] for s in steps] == [1, 2, 3, 4]
+    assert config["rl"]["optim"]["steps"] == 4 and config["rl"]["grouping"]["group"] == "cross"
+    assert (out / "final" / "adapter_model.safetensors").is_file()
+    assert f"hf:{env['sft']}:{out / 'final'}" in p.stdout
+
+
+def test_cli_bad_setting_is_one_line(env, tmp_path):
+    (tmp_path / "train.toml").write_text(_toml(env, tmp_path / "x"))
+    p = cli("train", "-c", "train.toml", "algo.epsilonn=0.2", "--db", env["db"], cwd=tmp_path,
+            env_extra=_cli_env(env))
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "did you mean 'algo.epsilon'" in lines[0]
+    p = cli("train", "--db", env["db"], cwd=tmp_path, env_extra=_cli_env(env))
+    assert p.returncode == 2 and "model.path is empty" in p.stderr
+    assert "Traceback" not in p.stderr
