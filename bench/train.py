@@ -15,8 +15,9 @@ system prompt, tool schemas, page), rewards alternating 1/0.
 
 Generation is not timed on either side (π_old comes with the batch, as
 recorded log-probs do). Each side runs in a fresh process, so peak memory is
-its own: the growth of resident memory over the steps (CPU; sampled every
-2 ms), or ``torch.cuda.max_memory_allocated`` over the steps (CUDA).
+its own: the growth of resident memory from just before the first step
+(CPU; sampled every 2 ms), or ``torch.cuda.max_memory_allocated`` above the
+memory allocated before it (CUDA).
 Reported: completion tokens trained per second (median step), the ratio
 tackroom / TRL (target ≥ 1.0), and peak memory.
 
@@ -115,15 +116,19 @@ class _PeakRSS:
 
 
 def _measure(step, steps: int, device: str) -> dict[str, float]:
-    """Median seconds per step (after one warm-up step) and peak memory growth in bytes."""
+    """Median seconds per step (after one warm-up step) and peak memory in bytes.
+
+    Peak memory is measured from just before the warm-up step — the step's whole
+    working set: activations, logits, gradients, optimiser state.
+    """
     import torch
 
-    step()  # warm-up: allocator, kernels, optimiser state
     times: list[float] = []
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
+        step()  # warm-up: allocator, kernels, optimiser state
         for _ in range(steps):
             t0 = time.perf_counter()
             step()
@@ -132,6 +137,7 @@ def _measure(step, steps: int, device: str) -> dict[str, float]:
         peak = torch.cuda.max_memory_allocated() - base
     else:
         with _PeakRSS() as mem:
+            step()
             for _ in range(steps):
                 t0 = time.perf_counter()
                 step()
