@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -257,6 +258,8 @@ def eval_cmd(
         "harness_hashes": {h.name: h.hash for h in specs}, "policies": policy_specs,
         "seeds": seed_list, "sampling": sampling.to_dict(), "concurrency": concurrency,
         "base_url": base_url, "timeout": timeout,
+        # The id each policy spec records its episodes under (`report` accepts either).
+        "policy_ids": {s: p.id for s, p in zip(policy_specs, policies, strict=True)},
     }
     if manifest is not None:
         from tackroom.runner.sealed import sealed_config
@@ -695,30 +698,45 @@ def report_cmd(
     out: Annotated[str | None, typer.Option("--out", "-o", help="HTML file to write.")] = None,
     trained: Annotated[list[str] | None, typer.Option(
         "--trained", help="POLICY=HARNESS: the harness a policy was trained under "
-        "(enables the transfer matrix). Repeat or comma-separate.")] = None,
+        "(enables the transfer matrix and the 'retrained' ceiling). Repeat or comma-separate."
+    )] = None,
+    gain: Annotated[list[str] | None, typer.Option(
+        "--gain", help="BEFORE=AFTER@HARNESS: policy AFTER is BEFORE trained further under "
+        "HARNESS (enables the gain scatter: ΔJ against C and M measured before). Repeat."
+    )] = None,
+    compare: Annotated[list[str] | None, typer.Option(
+        "--compare", help="POLICY@HARNESS cells for the conflation view (every two are "
+        "compared); default: each policy under its own harness. Repeat or comma-separate."
+    )] = None,
     db: DbOpt = DEFAULT_DB,
 ) -> None:
     """Summarise runs in the terminal and write a self-contained HTML report.
 
     The report shows success with intervals, each harness's ceiling (and which estimator
-    stands behind it), each policy's mismatch M = C − J, the transfer matrix when
-    training harnesses are given, and an episode browser. It needs no network to view.
+    stands behind it), each policy's mismatch M = C − J, what cross-harness gaps are made
+    of (ceiling part vs mismatch part), the transfer matrix when training harnesses are
+    given, the gain scatter when further-trained policies are named, and an episode
+    browser. It needs no network to view. POLICY may be a policy id (as the tables show
+    it) or the spec it was run with (e.g. [cyan]bundled[/cyan], [cyan]hf:out/final[/cyan]).
 
     [bold]Examples[/bold]
 
       tackroom report latest
 
       tackroom report RUN_A RUN_B --trained hf:ckpt-a=som-tools --out report.html
+
+      tackroom report BEFORE AFTER --trained bundled=som-tools \\
+          --gain bundled=hf:sft-html/final@html-commands
+
+      tackroom report latest --compare bundled@som-tools,expert@html-commands
     """
     from tackroom.report.html import build_report
-    from tackroom.report.terminal import ceiling_mismatch_table, summary_table
+    from tackroom.report.terminal import (
+        ceiling_mismatch_table,
+        conflation_table,
+        summary_table,
+    )
 
-    train_harness: dict[str, str] = {}
-    for item in _split(trained):
-        policy_id, sep, harness_name = item.rpartition("=")
-        if not sep or not policy_id or not harness_name:
-            raise ConfigError(f"cannot read {item!r}", "--trained", "write POLICY=HARNESS")
-        train_harness[policy_id] = harness_name
     with _open_store(db) as store:
         run_ids = []
         for r in runs:
@@ -730,13 +748,59 @@ def report_cmd(
         if not rows:
             raise ConfigError("the run(s) have no episodes yet", db,
                               "finish them with `tackroom eval --resume RUN`")
+        policy = _policy_resolver(rows, [store.run(rid) or {} for rid in run_ids])
+        train_harness: dict[str, str] = {}
+        for item in _split(trained):
+            name, sep, harness_name = item.rpartition("=")
+            if not sep or not name or not harness_name:
+                raise ConfigError(f"cannot read {item!r}", "--trained", "write POLICY=HARNESS")
+            train_harness[policy(name, "--trained")] = harness_name
+        gain_pairs = []
+        for item in gain or []:
+            pair, at, harness_name = item.rpartition("@")
+            before, eq, after = pair.partition("=")
+            if not (at and eq and before and after and harness_name):
+                raise ConfigError(f"cannot read {item!r}", "--gain",
+                                  "write BEFORE=AFTER@HARNESS, e.g. "
+                                  "bundled=hf:sft-html/final@html-commands")
+            gain_pairs.append((policy(before, "--gain"), policy(after, "--gain"), harness_name))
+        cells = []
+        for item in _split(compare):
+            name, at, harness_name = item.rpartition("@")
+            if not at or not name or not harness_name:
+                raise ConfigError(f"cannot read {item!r}", "--compare",
+                                  "write POLICY@HARNESS, e.g. bundled@som-tools")
+            cells.append((policy(name, "--compare"), harness_name))
+        if len(cells) == 1:
+            raise ConfigError("--compare names one cell", "--compare",
+                              "name at least two POLICY@HARNESS cells")
+        pairs = [(a, b) for i, a in enumerate(cells) for b in cells[i + 1:]]
         console.print(summary_table(rows, title="Success by harness × policy"))
         console.print(ceiling_mismatch_table(rows, train_harness or None))
+        console.print(conflation_table(rows, train_harness or None, pairs or None))
         for rid in run_ids:  # sealed runs: every cell of the manifest, with its hash
             _print_sealed(store, rid, [r for r in rows if r["run_id"] == rid])
         target = Path(out or Path(store.path).parent / f"report-{'+'.join(run_ids)}.html")
-        build_report(store, run_ids, target, train_harness=train_harness or None)
+        build_report(store, run_ids, target, train_harness=train_harness or None,
+                     gain_pairs=gain_pairs or None, compare=pairs or None)
     console.print(f"[bold]report:[/bold] {target.resolve()}")
+
+
+def _policy_resolver(rows: list[dict], runs: list[dict]) -> Callable[[str, str], str]:
+    """Map a policy named on the command line (an id, or the spec it was run with) to its id."""
+    ids = sorted({str(r["policy"]) for r in rows if r.get("policy")})
+    specs: dict[str, str] = {}
+    for info in runs:
+        specs.update((info.get("config") or {}).get("policy_ids") or {})
+
+    def resolve(name: str, option: str) -> str:
+        if name in ids:
+            return name
+        if name in specs and specs[name] in ids:
+            return specs[name]
+        raise ConfigError(f"no policy {name!r} in these runs", option,
+                          f"name one of: {', '.join(ids)}")
+    return resolve
 
 
 # -- tasks -----------------------------------------------------------------------------------

@@ -36,7 +36,12 @@ from tackroom.analysis.stats import (
     wilson,
     wilson_mean,
 )
-from tackroom.analysis.transfer import conflation, transfer_matrix
+from tackroom.analysis.transfer import (
+    conflation,
+    conflation_pairs,
+    reported_cells,
+    transfer_matrix,
+)
 
 # ---------------------------------------------------------------------------
 # Hand-built rows
@@ -304,6 +309,29 @@ def test_transfer_drop_exact() -> None:
              + cells("B", "pa2", {"t0": [0], "t1": [0], "t2": [0], "t3": [0]}))
     m = transfer_matrix(rows, {"pa": "A", "pa2": "A", "pb": "B"})
     assert m.cells[("A", "A")].rate == 3 / 8 and m.drop[("A", "B")] == 3 / 8 - 1 / 8
+    # ... and each policy keeps its own row beside the pooled one.
+    assert m.by_policy[("pa", "A")].rate == 0.75 and m.by_policy[("pa2", "A")].rate == 0.0
+    assert m.policy_drop[("pa", "B")] == 0.5 and m.policy_drop[("pa2", "B")] == 0.0
+    assert m.policy_drop[("pb", "A")] == 0.25 and ("expert", "A") not in m.by_policy
+
+
+def test_reported_cells_and_conflation_pairs() -> None:
+    rows = (cells("A", "pa", {"t0": [1], "t1": [1], "t2": [0], "t3": [0]})
+            + cells("B", "pa", {"t0": [1], "t1": [1], "t2": [1], "t3": [0]})
+            + cells("B", "pb", {"t0": [1], "t1": [0], "t2": [0], "t3": [0]})
+            + cells("A", "expert", {"t0": [1], "t1": [1], "t2": [1], "t3": [1]}))
+    # Its training harness when known, else its best; never the expert.
+    assert reported_cells(rows) == {"pa": "B", "pb": "B"}
+    assert reported_cells(rows, {"pa": "A"}) == {"pa": "A", "pb": "B"}
+    assert reported_cells(rows, {"pa": "Z"}) == {"pa": "B", "pb": "B"}  # never ran under Z
+    # Two policies under the same harness: no cross-harness pair.
+    assert conflation_pairs(rows) == []
+    # Under different harnesses: one pair, the higher-scoring side first (pa 0.5 > pb 0.25).
+    assert conflation_pairs(rows, {"pa": "A"}) == [(("pa", "A"), ("pb", "B"))]
+    # One policy: its own harness against each other harness it ran under.
+    only_pa = [r for r in rows if r["policy"] != "pb"]
+    assert conflation_pairs(only_pa) == [(("pa", "B"), ("pa", "A"))]
+    assert conflation_pairs(only_pa, limit=0) == []
 
 
 # ---------------------------------------------------------------------------

@@ -219,6 +219,43 @@ def test_report_prints_ceiling_and_mismatch_and_writes_html(tmp_path):
     assert "no run 'nope'" in line
 
 
+def test_report_options_trained_gain_compare(tmp_path):
+    """A replay of som-tools episodes is 100% there and 0% elsewhere: the drop is all mismatch."""
+    db = str(tmp_path / "r.duckdb")
+    args = ("--suite", "toy", "--tasks", "click-*", "--seeds", "0-1", "--db", db)
+    assert cli("eval", *args, "--harness", "som-tools", cwd=tmp_path).returncode == 0
+    with RecordStore(db) as store:
+        src = store.latest_run_id()
+    rep = f"replay:{src}"
+    p = cli("eval", *args, "--harness", "som-tools,html-commands", "--policy",
+            f"expert,{rep}", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    out = tmp_path / "r.html"
+    p = cli("report", "latest", "--db", db, "--out", str(out), "--trained", f"{rep}=som-tools",
+            "--gain", f"{rep}=expert@html-commands", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    # Default pair: the one policy under its own harness vs the other. Both ceilings are
+    # the expert's 100%: gap +100 pp = ceiling part 0 + mismatch part +100 pp.
+    row = next(ln for ln in p.stdout.splitlines() if f"{rep} · som-tools" in ln)
+    cols = [c.strip() for c in row.split("│") if c.strip()]
+    assert cols == [f"{rep} · som-tools", "100%", f"{rep} · html-commands", "0%", "+100 pp",
+                    "0 pp", "+100 pp"], cols
+    page = out.read_text()
+    assert 'class="plot parts conflation"' in page and 'class="plot scatter' in page
+    assert "No gain scatter" not in page and "No transfer matrix" not in page
+    # Asked-for cells; names that are not in the runs are one line naming the ones that are.
+    p = cli("report", "latest", "--db", db, "--out", str(out), "--compare",
+            f"expert@html-commands,{rep}@html-commands", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "expert · html-commands" in p.stdout
+    line = one_line_error(cli("report", "latest", "--db", db, "--compare",
+                              "nobody@som-tools,expert@som-tools", cwd=tmp_path))
+    assert "no policy 'nobody'" in line and f"expert, {rep}" in line
+    line = one_line_error(cli("report", "latest", "--db", db, "--gain", "expert@som-tools",
+                              cwd=tmp_path))
+    assert "BEFORE=AFTER@HARNESS" in line
+
+
 def test_model_init_builds_a_loadable_model(tmp_path):
     pytest.importorskip("transformers")
     p = cli("model", "init", str(tmp_path / "m"), "--size", "tiny", cwd=tmp_path, timeout=300)

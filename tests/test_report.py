@@ -159,7 +159,56 @@ def test_report_data_numbers(store):
     assert cell[("som-tools", "som-tools")]["drop"] == 0
     assert cell[("som-tools", "html-commands")]["drop"] > 0.2  # success fell off-harness
     assert len(d["gain"]["points"]) == 3 and d["gain"]["fit"]["n"] == 3
-    assert not {"ceiling", "mismatch", "transfer", "gain"} & set(d["notes"])
+    assert not {"ceiling", "mismatch", "transfer", "conflation", "gain"} & set(d["notes"])
+
+    # Each trained policy is under its own harness; flaky under its best one.
+    cf = d["conflation"]["pairs"]
+    cells = {tuple(map(tuple, (p["a"], p["b"]))) for p in cf}
+    assert (("tuned-som", "som-tools"), ("tuned-html", "html-commands")) in cells or \
+        (("tuned-html", "html-commands"), ("tuned-som", "som-tools")) in cells
+    for p in cf:
+        assert p["gap"] >= 0  # the higher-scoring side first
+        assert p["gap"] == pytest.approx(p["ceiling_part"] - p["mismatch_part"], abs=1e-12)
+        assert p["gap"] == pytest.approx(p["success_a"] - p["success_b"], abs=1e-12)
+        assert p["a"][0] != "expert" and p["b"][0] != "expert"
+    # Asked-for pairs replace the default ones.
+    d2 = report_data(store, ["run-grid"], TRAIN,
+                     compare=[(("expert", "som-tools"), ("flaky", "outline-coords"))])
+    (p,) = d2["conflation"]["pairs"]
+    assert p["ceiling_part"] == 0 and p["mismatch_part"] == pytest.approx(-p["gap"])
+    # One row per trained policy as well as per training harness.
+    by_pol = {(c["policy"], c["eval"]): c for c in tm["by_policy"]}
+    assert by_pol[("tuned-som", "som-tools")]["drop"] == 0
+    assert by_pol[("tuned-som", "html-commands")]["rate"] == \
+        cell[("som-tools", "html-commands")]["rate"]  # one policy per row here
+
+
+def test_gain_ceilings_are_measured_before_further_training(tmp_path):
+    """The further-trained policy's own successes must not raise C(h') (no expert here)."""
+    with RecordStore(tmp_path / "g.duckdb") as s:
+        _run(s, "gain", [Mixed("base", lambda h, t, x: _draw("g", t, x) < 70),
+                         Mixed("trained", lambda h, t, x: _draw("t", t, x) < 10)],
+             harnesses=["som-tools"])
+        d = report_data(s, ["gain"], gain_pairs=[("base", "trained", "som-tools")])
+        rows = s.episodes(run_id="gain")
+    tasks = sorted({r["task"] for r in rows})
+    assert len(tasks) == len(TASKS)
+    solved = {r["task"] for r in rows if r["policy"] == "base" and r["outcome"] == "success"}
+    per_task = {t: [r["outcome"] == "success" for r in rows
+                    if r["policy"] == "base" and r["task"] == t] for t in tasks}
+    after = {t: [r["outcome"] == "success" for r in rows
+                 if r["policy"] == "trained" and r["task"] == t] for t in tasks}
+    (p,) = d["gain"]["points"]
+    # C = pass@k union of the policies *before*: the share of tasks base solved at least once.
+    assert p["ceiling"] == pytest.approx(len(solved) / len(TASKS))
+    j_before = sum(sum(v) / len(v) for v in per_task.values()) / len(TASKS)
+    j_after = sum(sum(v) / len(v) for v in after.values()) / len(TASKS)
+    assert p["mismatch"] == pytest.approx(p["ceiling"] - j_before)
+    assert p["gain"] == pytest.approx(j_after - j_before) and p["gain"] > 0
+    # The report's own ceiling section still uses every policy (the union is higher).
+    union = {r["task"] for r in rows if r["outcome"] == "success"}
+    assert d["best_ceiling"]["som-tools"]["value"] == pytest.approx(len(union) / len(TASKS))
+    assert len(union) > len(solved)
 
 
 def test_sections_degrade_with_notes(store, tmp_path, monkeypatch):
@@ -208,7 +257,8 @@ def test_page_is_self_contained_and_escaped(report):
     assert len(index["rows"]) == len(TASKS) * len(HARNESSES) * 4 * len(SEEDS) + 2
     assert index["embedded"] == len(index["rows"]) == len(turns)
     # Every section is there, each ceiling labelled by its estimator.
-    for anchor in ("overview", "success", "tasks", "ceiling", "transfer", "gain", "episodes"):
+    for anchor in ("overview", "success", "tasks", "ceiling", "transfer", "conflation", "gain",
+                   "episodes"):
         assert f'id="{anchor}"' in page
     assert page.count('class="est"') >= 2 * len(HARNESSES)
     assert page.count('class="plot heatmap tasks"') == 4
@@ -266,6 +316,9 @@ def test_report_in_headless_chromium(report, tmp_path):
         assert driver.find_elements(By.CSS_SELECTOR, "svg.heatmap.summary g.cell")
         assert driver.find_elements(By.CSS_SELECTOR, "svg.bars g.bar.ceiling")
         assert driver.find_elements(By.CSS_SELECTOR, "svg.heatmap.transfer g.cell")
+        # The conflation view: three signed bars (gap, ceiling part, mismatch part) per pair.
+        parts = driver.find_elements(By.CSS_SELECTOR, "svg.parts.conflation g.part rect")
+        assert parts and len(parts) % 3 == 0
         assert len(driver.find_elements(By.CSS_SELECTOR, "svg.scatter circle.pt")) == 2 * 3
 
         shot = tmp_path / "report.png"

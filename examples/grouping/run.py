@@ -71,8 +71,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "toy": {
         "suite": "toy", "tasks": ["focus-text", "click-dialog"],
         "source": ["list-cmd", "outline-cmd"], "unseen": "html-cmd",
-        "max_tokens": 16, "steps": 16, "group_size": 8, "lora": False, "lr": 2e-3,
-        "concurrency": 32, "train_seeds": "0,1", "eval_seeds": 50,
+        "max_tokens": 16, "steps": 12, "group_size": 8, "lora": False, "lr": 2e-3,
+        "tasks_per_step": 6, "concurrency": 32, "train_seeds": "0,1,2", "eval_seeds": 50,
     },
     # MiniWoB++ in Chromium costs ~3.5 s of wall time per episode on 2 busy cores:
     # sized to ~20 minutes, so one training seed, few steps, few evaluation seeds.
@@ -80,9 +80,17 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "suite": "miniwob", "tasks": ["click-link", "click-dialog"],
         "source": ["som-tools", "html-commands"], "unseen": "outline-coords",
         "max_tokens": 64, "steps": 3, "group_size": 4, "lora": True, "lr": 1e-3,
-        "concurrency": 4, "train_seeds": "0", "eval_seeds": 8,
+        "tasks_per_step": 2, "concurrency": 4, "train_seeds": "0", "eval_seeds": 8,
     },
 }
+
+# The two grouping rules, per task *instance* (task, seed) as in the research, where a
+# task is one instance: `within` compares the G samples of one instance under one
+# harness, `cross` the samples of one instance under every source harness. (The
+# built-in keys "within" = (task, harness) and "cross" = task would pool the
+# instances of a task drawn in the same step.)
+GROUP_KEYS = {"within": "task + '|' + str(seed) + '|' + harness",
+              "cross": "task + '|' + str(seed)"}
 
 
 def sh(*args: str, cwd: Path) -> str:
@@ -111,7 +119,7 @@ algorithm = "dr_grpo"          # no length bias: stable on small models
 max_completion_length = {s['max_tokens']}
 beta = 0.1                     # KL to the starting policy
 [grouping]
-group = "within"               # overridden per run: within | cross
+group = "within"               # overridden per run: GROUP_KEYS["within"] | GROUP_KEYS["cross"]
 group_size = {s['group_size']}
 [lora]
 {lora}
@@ -126,7 +134,7 @@ device = "auto"
 suite = "{s['suite']}"
 tasks = {json.dumps(s['tasks'])}
 harnesses = {json.dumps(s['source'])}
-tasks_per_step = {len(s['tasks'])}   # each task once per step: within/cross groups are per instance
+tasks_per_step = {s['tasks_per_step']}   # task instances (task, seed) drawn per step
 [rollout]
 max_tokens = {s['max_tokens']}
 concurrency = {s['concurrency']}   # episodes at a time (MiniWoB++: one browser each)
@@ -182,7 +190,8 @@ def main() -> None:
     for seed in seeds:
         for group in ("within", "cross"):
             out = work / f"{group}-{seed}"
-            sh("train", "-c", "train.toml", f"grouping.group={group}", f"run.seed={seed}",
+            sh("train", "-c", "train.toml", f"grouping.group={GROUP_KEYS[group]}",
+               f"run.seed={seed}",
                f"run.out_dir={out}", "--db", db, "--threads", a.threads, cwd=work)
             final = out / "final"
             checkpoints[f"{group}-{seed}"] = (f"hf:{start_dir}:{final}" if s["lora"]

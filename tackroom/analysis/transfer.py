@@ -27,7 +27,8 @@ from tackroom.analysis.stats import (
     scored_rows,
 )
 
-__all__ = ["TransferMatrix", "transfer_matrix", "Conflation", "conflation"]
+__all__ = ["TransferMatrix", "transfer_matrix", "Conflation", "conflation", "reported_cells",
+           "conflation_pairs"]
 
 
 @dataclass
@@ -47,6 +48,12 @@ class TransferMatrix:
             sampling); off-diagonal only. Its ``diff`` equals ``drop`` when
             the grid is complete and can differ when it is not.
         policies: train harness -> the policies pooled in its row.
+        by_policy: ``(policy, eval_h) -> Rate``: the same matrix one policy at a
+            time (a row per trained policy), for when a training harness pools
+            several policies (e.g. two base models, or a policy trained further).
+        policy_drop: ``(policy, eval_h) -> by_policy[policy, own] - by_policy[policy,
+            eval_h]``, where ``own`` is the harness the policy was trained under
+            and it was evaluated there.
     """
 
     train_harnesses: list[str]
@@ -55,6 +62,8 @@ class TransferMatrix:
     drop: dict[tuple[str, str], float]
     drop_test: dict[tuple[str, str], BootstrapResult] = field(default_factory=dict)
     policies: dict[str, list[str]] = field(default_factory=dict)
+    by_policy: dict[tuple[str, str], Rate] = field(default_factory=dict)
+    policy_drop: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
 def transfer_matrix(rows: Iterable[Mapping[str, Any]], train_harness: Mapping[str, str], *,
@@ -69,6 +78,7 @@ def transfer_matrix(rows: Iterable[Mapping[str, Any]], train_harness: Mapping[st
         n_boot / seed / confidence: the paired bootstrap behind ``drop_test``.
     """
     counts: dict[tuple[str, str], list[int]] = {}
+    per_policy: dict[tuple[str, str], list[int]] = {}
     # (train_h, eval_h) -> (policy, task, seed, sampling) -> [n, successes]
     units: dict[tuple[str, str], dict[tuple[Any, ...], list[int]]] = {}
     policies: dict[str, set[str]] = {}
@@ -82,6 +92,9 @@ def transfer_matrix(rows: Iterable[Mapping[str, Any]], train_harness: Mapping[st
         cell = counts.setdefault(key, [0, 0])
         cell[0] += 1
         cell[1] += ok
+        mine = per_policy.setdefault((pol, r["harness"]), [0, 0])
+        mine[0] += 1
+        mine[1] += ok
         unit = units.setdefault(key, {}).setdefault(
             (pol, r["task"], str(r["seed"]), str(r.get("sampling"))), [0, 0])
         unit[0] += 1
@@ -105,12 +118,17 @@ def transfer_matrix(rows: Iterable[Mapping[str, Any]], train_harness: Mapping[st
             b = np.array([off_diag[k][1] / off_diag[k][0] for k in keys])
             drop_test[(th, eh)] = paired_bootstrap(a, b, n_boot=n_boot, seed=seed,
                                                    confidence=confidence)
+    by_policy = {k: rate_of(c, n) for k, (n, c) in sorted(per_policy.items())}
+    policy_drop = {(pol, eh): by_policy[(pol, train_harness[pol])].rate - rate.rate
+                   for (pol, eh), rate in by_policy.items()
+                   if (pol, train_harness[pol]) in by_policy}
     return TransferMatrix(
         train_harnesses=sorted(policies),
         eval_harnesses=sorted({eh for _, eh in cells}),
         cells=dict(sorted(cells.items())), drop=dict(sorted(drop.items())),
         drop_test=dict(sorted(drop_test.items())),
-        policies={th: sorted(ps) for th, ps in sorted(policies.items())})
+        policies={th: sorted(ps) for th, ps in sorted(policies.items())},
+        by_policy=by_policy, policy_drop=policy_drop)
 
 
 @dataclass
@@ -176,3 +194,66 @@ def conflation(rows: Iterable[Mapping[str, Any]], a: tuple[str, str], b: tuple[s
         ceiling_a=ma.ceiling_value, ceiling_b=mb.ceiling_value, mismatch_a=ma, mismatch_b=mb,
         gap=ma.success - mb.success, ceiling_part=ma.ceiling_value - mb.ceiling_value,
         mismatch_part=ma.mismatch - mb.mismatch, same_tasks=ma.tasks == mb.tasks)
+
+
+def reported_cells(rows: Iterable[Mapping[str, Any]],
+                   train_harness: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The harness each policy would be *reported* under: policy -> harness.
+
+    A leaderboard shows each agent under its own harness: the one it was
+    trained under when known (``train_harness``), otherwise the one where it
+    scored best (ties broken by name). The expert is left out: it stands
+    behind the ceilings, it is not an agent being compared.
+    """
+    counts: dict[tuple[str, str], list[int]] = {}
+    for r in scored_rows(rows):
+        if r["policy"] == EXPERT:
+            continue
+        c = counts.setdefault((r["policy"], r["harness"]), [0, 0])
+        c[0] += 1
+        c[1] += r["outcome"] == SUCCESS
+    home: dict[str, str] = {}
+    for pol in sorted({p for p, _ in counts}):
+        own = (train_harness or {}).get(pol)
+        if own is not None and (pol, own) in counts:
+            home[pol] = own
+            continue
+        mine = sorted((h for p, h in counts if p == pol),
+                      key=lambda h: (-counts[(pol, h)][1] / counts[(pol, h)][0], h))
+        home[pol] = mine[0]
+    return home
+
+
+def conflation_pairs(rows: Iterable[Mapping[str, Any]],
+                     train_harness: Mapping[str, str] | None = None, *, limit: int = 12
+                     ) -> list[tuple[tuple[str, str], tuple[str, str]]]:
+    """The cross-harness comparisons worth splitting, as ``((pol_a, h_a), (pol_b, h_b))``.
+
+    Every two policies each under its reported harness (:func:`reported_cells`)
+    when those harnesses differ — the comparison a leaderboard invites. With a
+    single policy, its reported harness against each other harness it ran
+    under — the drop a user sees when they swap the harness. ``a`` is the
+    higher-scoring side, so gaps are positive. At most ``limit`` pairs.
+    """
+    rows = list(rows)
+    home = reported_cells(rows, train_harness)
+    counts: dict[tuple[str, str], list[int]] = {}
+    for r in scored_rows(rows):
+        c = counts.setdefault((r["policy"], r["harness"]), [0, 0])
+        c[0] += 1
+        c[1] += r["outcome"] == SUCCESS
+    rates = {k: s / n for k, (n, s) in counts.items()}
+    pairs: list[tuple[tuple[str, str], tuple[str, str]]] = []
+    pols = sorted(home)
+    if len(pols) == 1:
+        (pol,) = pols
+        others = sorted(h for p, h in counts if p == pol and h != home[pol])
+        pairs = [((pol, home[pol]), (pol, h)) for h in others]
+    else:
+        for i, pa in enumerate(pols):
+            for pb in pols[i + 1:]:
+                if home[pa] != home[pb]:
+                    pairs.append(((pa, home[pa]), (pb, home[pb])))
+    pairs = [(a, b) if rates[a] >= rates[b] else (b, a) for a, b in pairs]
+    pairs.sort(key=lambda ab: (-(rates[ab[0]] - rates[ab[1]]), ab))
+    return pairs[:limit]

@@ -52,6 +52,7 @@ from tackroom.core.errors import RecordStoreError
 from tackroom.report import plots
 from tackroom.report.assets import CSS, JS
 from tackroom.report.plots import esc, pct
+from tackroom.report.plots import pp as _pp
 from tackroom.runner.sealed import sealed_report
 
 __all__ = ["build_report", "report_data", "ESTIMATOR_NOTES", "OUTCOMES"]
@@ -147,7 +148,8 @@ def _run_info(run_id: str, info: Mapping[str, Any] | None, rows: Sequence[Mappin
 
 
 def _collect(store: Any, run_ids: Sequence[str], train_harness: Mapping[str, str] | None,
-             gain_pairs: Sequence[Sequence[str]] | None = None
+             gain_pairs: Sequence[Sequence[str]] | None = None,
+             compare: Sequence[tuple[tuple[str, str], tuple[str, str]]] | None = None
              ) -> tuple[dict[str, Any], list[dict[str, Any]], set[int]]:
     """The report's numbers, every recorded row, and ``id()`` of the final-attempt rows."""
     run_ids = list(dict.fromkeys(run_ids))
@@ -225,15 +227,16 @@ def _collect(store: Any, run_ids: Sequence[str], train_harness: Mapping[str, str
         "gain_pairs": [list(p) for p in gain_pairs or []],
         "summary": summary, "matrix": matrix,
         "ceilings": {}, "best_ceiling": {}, "mismatch": [], "pass_at_k": [],
-        "transfer": None, "gain": None, "notes": {},
+        "transfer": None, "conflation": None, "gain": None, "notes": {},
         # One entry per sealed run: every cell of its manifest (see runner/sealed.py).
         "sealed": [sec for rid, info, rrows in per_run
                    if (sec := sealed_report(rid, (info or {}).get("manifest_hash"),
                                             _config_of(info), rrows)) is not None],
     }
     notes: dict[str, str] = data["notes"]
-    _ceilings_and_mismatch(data, final, train_harness, notes)
+    ceils = _ceilings_and_mismatch(data, final, train_harness, notes)
     _transfer(data, final, train_harness, notes)
+    _conflation(data, final, train_harness, ceils, compare, notes)
     _gain(data, final, train_harness, gain_pairs, notes)
     return data, rows, final_ids
 
@@ -250,19 +253,21 @@ def _failed(section: str, err: Exception) -> str:
 
 
 def _ceilings_and_mismatch(data: dict[str, Any], final: list[dict[str, Any]],
-                           train_harness: dict[str, str], notes: dict[str, str]) -> None:
+                           train_harness: dict[str, str], notes: dict[str, str]
+                           ) -> dict[str, Any] | None:
+    """Fill the ceiling and mismatch sections; the ceiling estimates (``None`` if none)."""
     ceiling_mod, why = _analysis("ceiling")
     if ceiling_mod is None:
         notes["ceiling"] = f"No ceilings: {why}."
-        return
+        return None
     if not any(r["outcome"] != INFRA for r in final):
         notes["ceiling"] = "No ceilings: the runs have no scored episodes (all infra errors)."
-        return
+        return None
     try:
         ceils = ceiling_mod.ceilings(final, train_harness=train_harness or None)
     except Exception as e:  # noqa: BLE001 - a broken estimator must not sink the report
         notes["ceiling"] = "Ceilings " + _failed("ceiling", e) + "."
-        return
+        return None
     for h, ests in ceils.items():
         data["ceilings"][h] = [{
             "harness": e.harness, "estimator": e.estimator, "value": _num(e.value),
@@ -291,12 +296,12 @@ def _ceilings_and_mismatch(data: dict[str, Any], final: list[dict[str, Any]],
     mismatch_mod, why = _analysis("mismatch")
     if mismatch_mod is None:
         notes["mismatch"] = f"No mismatch: {why}."
-        return
+        return ceils
     try:
         ms = mismatch_mod.mismatch_return(final, ceils)
     except Exception as e:  # noqa: BLE001
         notes["mismatch"] = "Mismatch " + _failed("mismatch", e) + "."
-        return
+        return ceils
     for m in ms:
         c = m.ceiling
         data["mismatch"].append({
@@ -309,6 +314,7 @@ def _ceilings_and_mismatch(data: dict[str, Any], final: list[dict[str, Any]],
             "success_hi": _num(m.success_hi), "mismatch": _num(m.mismatch),
             "lo": _num(m.lo), "hi": _num(m.hi), "n_tasks": getattr(m, "n_tasks", None),
             "n_missing": getattr(m, "n_missing", 0)})
+    return ceils
 
 
 def _rate_dict(rate: Any) -> dict[str, Any]:
@@ -377,10 +383,69 @@ def _transfer(data: dict[str, Any], final: list[dict[str, Any]],
 
     cells.sort(key=lambda c: (order.get(c["train"], len(order)), c["train"],
                               order.get(c["eval"], len(order)), c["eval"]))
+    policy_drop = getattr(tm, "policy_drop", None) or {}
+    by_policy = [{"policy": pol, "train": train_harness.get(pol), "eval": eh,
+                  **_rate_dict(rate), "drop": _scalar(policy_drop.get((pol, eh)))}
+                 for (pol, eh), rate in (getattr(tm, "by_policy", None) or {}).items()]
+    by_policy.sort(key=lambda c: (order.get(c["train"], len(order)), c["policy"],
+                                  order.get(c["eval"], len(order)), c["eval"]))
     data["transfer"] = {"train_harnesses": ordered(tm.train_harnesses),
                         "eval_harnesses": ordered(tm.eval_harnesses), "cells": cells,
                         "policies": {k: list(v) for k, v in
-                                     (getattr(tm, "policies", None) or {}).items()}}
+                                     (getattr(tm, "policies", None) or {}).items()},
+                        "by_policy": by_policy}
+
+
+def _conflation(data: dict[str, Any], final: list[dict[str, Any]],
+                train_harness: dict[str, str], ceils: dict[str, Any] | None,
+                compare: Sequence[tuple[tuple[str, str], tuple[str, str]]] | None,
+                notes: dict[str, str]) -> None:
+    """What each cross-harness gap is made of: ``gap = ΔC − ΔM`` per pair of cells."""
+    if not ceils:
+        notes["conflation"] = "No conflation view: it needs the ceilings, and there are none."
+        return
+    mod, why = _analysis("transfer")
+    if mod is None:
+        notes["conflation"] = f"No conflation view: {why}."
+        return
+    try:
+        if compare:
+            pairs, how = list(compare), "the pairs asked for"
+        else:
+            pairs = mod.conflation_pairs(final, train_harness or None)
+            how = ("each policy under its own harness (the one it was trained under, else its "
+                   "best), compared with every other policy under its own — or, with one "
+                   "policy, its own harness against each other harness")
+        out, skipped = [], []
+        for a, b in pairs:
+            try:
+                c = mod.conflation(final, tuple(a), tuple(b), ceils)
+            except ValueError as e:
+                skipped.append(f"{a[0]} under {a[1]} vs {b[0]} under {b[1]}: {e}")
+                continue
+            out.append({
+                "a": list(c.a), "b": list(c.b), "success_a": _num(c.success_a),
+                "success_b": _num(c.success_b), "ceiling_a": _num(c.ceiling_a),
+                "ceiling_b": _num(c.ceiling_b),
+                "estimator_a": c.mismatch_a.ceiling.estimator,
+                "estimator_b": c.mismatch_b.ceiling.estimator,
+                "mismatch_a": _num(c.mismatch_a.mismatch),
+                "mismatch_b": _num(c.mismatch_b.mismatch),
+                "gap": _num(c.gap), "ceiling_part": _num(c.ceiling_part),
+                "mismatch_part": _num(c.mismatch_part), "same_tasks": c.same_tasks,
+                "n_tasks_a": len(c.mismatch_a.tasks), "n_tasks_b": len(c.mismatch_b.tasks)})
+    except Exception as e:  # noqa: BLE001
+        notes["conflation"] = "The conflation view " + _failed("transfer", e) + "."
+        return
+    if skipped:
+        notes["conflation_skipped"] = "Left out: " + "; ".join(skipped) + "."
+    if not out:
+        notes["conflation"] = ("No conflation view: no two (policy, harness) cells to compare "
+                               "(it needs a policy under two harnesses, or two policies under "
+                               "different harnesses)." if not skipped else
+                               notes.pop("conflation_skipped"))
+        return
+    data["conflation"] = {"pairs": out, "how": how}
 
 
 def _gain(data: dict[str, Any], final: list[dict[str, Any]], train_harness: dict[str, str],
@@ -393,8 +458,15 @@ def _gain(data: dict[str, Any], final: list[dict[str, Any]], train_harness: dict
     if mod is None:
         notes["gain"] = f"No gain scatter: {why}."
         return
+    # C(h') and M(π, h') are *pre-training* numbers: the further-trained policies'
+    # own episodes must not raise the ceiling they are measured against (a policy
+    # that is the "after" of one pair and the "before" of another stays).
+    befores = {p[0] for p in gain_pairs}
+    trained_further = {p[1] for p in gain_pairs if len(p) == 3} - befores
+    before_rows = [r for r in final if r["policy"] not in trained_further]
     try:
-        points = list(mod.gain_points(final, None, None, [tuple(p) for p in gain_pairs],
+        points = list(mod.gain_points(before_rows, final, None,
+                                      [tuple(p) for p in gain_pairs],
                                       train_harness=train_harness or None))
         fit = mod.fit_gain(points) if points else None
     except Exception as e:  # noqa: BLE001
@@ -426,7 +498,9 @@ def _gain(data: dict[str, Any], final: list[dict[str, Any]], train_harness: dict
 
 def report_data(store: Any, run_ids: Sequence[str],
                 train_harness: Mapping[str, str] | None = None, *,
-                gain_pairs: Sequence[Sequence[str]] | None = None) -> dict[str, Any]:
+                gain_pairs: Sequence[Sequence[str]] | None = None,
+                compare: Sequence[tuple[tuple[str, str], tuple[str, str]]] | None = None
+                ) -> dict[str, Any]:
     """The report's numbers as plain data (JSON-serialisable), for terminal tables.
 
     Keys: ``generated_at``, ``run_ids``, ``runs`` (per-run info), ``counts``
@@ -436,17 +510,19 @@ def report_data(store: Any, run_ids: Sequence[str],
     harness × policy), ``ceilings`` (harness → estimates, each with its
     ``estimator``), ``best_ceiling``, ``mismatch`` (per policy × harness:
     J, C with its estimator, M = C − J with a bootstrap interval),
-    ``pass_at_k``, ``transfer`` and ``gain`` (``None`` when absent),
+    ``pass_at_k``, ``transfer`` (with ``by_policy``), ``conflation`` (pairs
+    of cells, each gap split into ceiling and mismatch parts) and ``gain``
+    (``None`` when absent),
     ``sealed`` (one entry per sealed run: manifest hash, held-out harnesses,
     totals and every cell of the manifest, from
     :func:`tackroom.runner.sealed.sealed_report`; empty when none is sealed) and
-    ``notes`` (section → why it is absent or partial). ``train_harness`` and
-    ``gain_pairs`` are as for :func:`build_report`.
+    ``notes`` (section → why it is absent or partial). ``train_harness``,
+    ``gain_pairs`` and ``compare`` are as for :func:`build_report`.
 
     Only the final attempt of each cell counts (a cell recorded in several of
     the runs counts once); infra errors are counted apart and never scored.
     """
-    return _collect(store, run_ids, train_harness, gain_pairs)[0]
+    return _collect(store, run_ids, train_harness, gain_pairs, compare)[0]
 
 
 # ---------------------------------------------------------------------------
@@ -609,14 +685,6 @@ def _ci(lo: float | None, hi: float | None) -> str:
     if lo is None or hi is None:
         return "–"
     return f"{100 * lo:.0f}–{100 * hi:.0f}%"
-
-
-def _pp(x: float | None, signed: bool = True, unit: bool = True) -> str:
-    """A difference of rates in percentage points: ``0.25 → '+25 pp'``."""
-    if x is None:
-        return "–"
-    text = f"{100 * x:+.0f}" if signed else f"{100 * x:.0f}"
-    return text + " pp" if unit else text
 
 
 def _minus(text: str) -> str:
@@ -983,6 +1051,76 @@ def _section_transfer(d: Mapping[str, Any]) -> str:
     out.append(_table([("trained under", False), ("policies", False), ("evaluated under", False),
                        ("success", True), ("95% CI", True), ("n", True),
                        ("change vs diagonal", True), ("paired 95%", True)], body))
+    if any(len(v) > 1 for v in pols.values()) and tm.get("by_policy"):
+        out.append("<h3>Per policy</h3>")
+        out.append(_note("A training harness pools several policies above; here each "
+                         "policy has its own row (its change is from its own training "
+                         "harness).", omitted=False))
+        body = [[esc(c["policy"]), esc(c["train"] or ""), esc(c["eval"]),
+                 f"<b>{esc(pct(c['rate'], 1))}</b>", esc(_ci(c.get("lo"), c.get("hi"))),
+                 esc(str(c.get("n", ""))),
+                 "diagonal" if c["eval"] == c["train"] else
+                 esc(_minus(_pp(-c["drop"]))) if c.get("drop") is not None else "–"]
+                for c in tm["by_policy"]]
+        out.append(_table([("policy", False), ("trained under", False),
+                           ("evaluated under", False), ("success", True), ("95% CI", True),
+                           ("n", True), ("change vs its diagonal", True)], body))
+    return "".join(out) + "</section>"
+
+
+def _section_conflation(d: Mapping[str, Any]) -> str:
+    out = ['<section id="conflation"><h2>Conflation: what a cross-harness gap is made of</h2>',
+           '<p class="lede">Comparing agent a under harness h<sub>a</sub> with agent b under '
+           'h<sub>b</sub> compares two things at once: since J<sub>h</sub>(π) = C(h) − M(π, h), '
+           'the gap J<sub>a</sub> − J<sub>b</sub> = (C(h<sub>a</sub>) − C(h<sub>b</sub>)) − '
+           '(M<sub>a</sub> − M<sub>b</sub>) exactly. The <b>ceiling part</b> is what the '
+           'harnesses allow; the <b>mismatch part</b> is how badly each agent fits its '
+           'harness. Only the second says anything about the agents. J and C are on each '
+           'ceiling\'s tasks (mean per-task success).</p>']
+    cf = d.get("conflation")
+    if cf is None:
+        out.append(_note(d["notes"].get("conflation", "No conflation data.")))
+        return "".join(out) + "</section>"
+    out.append(_note(f"Pairs: {cf['how']}.", omitted=False))
+    if "conflation_skipped" in d["notes"]:
+        out.append(_note(d["notes"]["conflation_skipped"]))
+    gap_c, ceil_c, mis_c = "#374151", plots.CEILING_COLOUR + "99", "#dc2626"
+    rows = []
+    for p in cf["pairs"]:
+        (pa, ha), (pb, hb) = p["a"], p["b"]
+        title = f"{pa} under {ha}  vs  {pb} under {hb}"
+        rows.append(plots.PartsRow(title=title, tooltip=_minus(
+            f"{pa} under {ha}: J {pct(p['success_a'], 1)}, C {pct(p['ceiling_a'], 1)} "
+            f"({p['estimator_a']}), M {_pp(p['mismatch_a'])}; {pb} under {hb}: J "
+            f"{pct(p['success_b'], 1)}, C {pct(p['ceiling_b'], 1)} ({p['estimator_b']}), "
+            f"M {_pp(p['mismatch_b'])}"), parts=[
+            plots.Part("gap J_a − J_b", p["gap"], gap_c,
+                       tooltip=_minus(f"gap {_pp(p['gap'])}")),
+            plots.Part("ceiling part ΔC", p["ceiling_part"], ceil_c,
+                       tooltip=_minus(f"C({ha}) − C({hb}) = {_pp(p['ceiling_part'])}")),
+            plots.Part("mismatch part −ΔM", -p["mismatch_part"], mis_c,
+                       tooltip=_minus(f"−(M_a − M_b) = {_pp(-p['mismatch_part'])}"))]))
+    out.append('<div class="plots">' + plots.signed_parts(
+        rows, x_label="percentage points (gap = ceiling part + mismatch part)",
+        cls="parts conflation") + "</div>")
+    body = []
+    for p in cf["pairs"]:
+        share = (abs(p["ceiling_part"]) / (abs(p["ceiling_part"]) + abs(p["mismatch_part"]))
+                 if abs(p["ceiling_part"]) + abs(p["mismatch_part"]) > 1e-12 else None)
+        body.append([
+            esc(f"{p['a'][0]} · {p['a'][1]}"), esc(pct(p["success_a"], 1)),
+            esc(f"{p['b'][0]} · {p['b'][1]}"), esc(pct(p["success_b"], 1)),
+            f"<b>{esc(_minus(_pp(p['gap'])))}</b>",
+            esc(_minus(_pp(p["ceiling_part"]))) + " " + _est_label(p["estimator_a"])
+            + (" " + _est_label(p["estimator_b"])
+               if p["estimator_b"] != p["estimator_a"] else ""),
+            esc(_minus(_pp(-p["mismatch_part"]))),
+            esc(pct(share)) if share is not None else "–",
+            "" if p["same_tasks"] else '<span class="muted">different task sets</span>'])
+    out.append(_table([("a (policy · harness)", False), ("J_a", True),
+                       ("b (policy · harness)", False), ("J_b", True), ("gap", True),
+                       ("ceiling part ΔC", True), ("mismatch part −ΔM", True),
+                       ("ceiling share", True), ("", False)], body))
     return "".join(out) + "</section>"
 
 
@@ -1087,7 +1225,8 @@ def _page(d: Mapping[str, Any], index: Mapping[str, Any], turns: Mapping[str, An
            f"recorded {esc(when)} · {c['recorded']:,} episodes · "
            f"{c['infra_errors']:,} infra errors (apart) · generated {esc(d['generated_at'])}")
     toc = [("overview", "Overview"), ("success", "Harness × policy"), ("tasks", "Per task"),
-           ("ceiling", "Ceiling vs achieved"), ("transfer", "Transfer"), ("gain", "Gain"),
+           ("ceiling", "Ceiling vs achieved"), ("transfer", "Transfer"),
+           ("conflation", "Conflation"), ("gain", "Gain"),
            ("episodes", "Episodes")]
     if d.get("sealed"):
         toc.insert(1, ("sealed", "Sealed evaluation"))
@@ -1104,7 +1243,8 @@ def _page(d: Mapping[str, Any], index: Mapping[str, Any], turns: Mapping[str, An
         "".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in toc),
         "</nav></div></header><main>",
         _section_overview(d), _section_sealed(d) if d.get("sealed") else "", _section_success(d), _section_tasks(d), _section_ceiling(d),
-        _section_transfer(d), _section_gain(d), _section_browser(d, index),
+        _section_transfer(d), _section_conflation(d), _section_gain(d),
+        _section_browser(d, index),
         f"<footer>tackroom {esc(__version__)} · one self-contained file: no network, "
         "all data inline</footer></main>",
         f'<script type="application/json" id="tr-index">{_script_json(index)}</script>',
@@ -1118,7 +1258,9 @@ def _page(d: Mapping[str, Any], index: Mapping[str, Any], turns: Mapping[str, An
 def build_report(store: Any, run_ids: Sequence[str], out_path: str | Path, *,
                  train_harness: Mapping[str, str] | None = None,
                  max_episodes_in_browser: int = 2000,
-                 gain_pairs: Sequence[Sequence[str]] | None = None) -> Path:
+                 gain_pairs: Sequence[Sequence[str]] | None = None,
+                 compare: Sequence[tuple[tuple[str, str], tuple[str, str]]] | None = None
+                 ) -> Path:
     """Write the HTML report of ``run_ids`` to ``out_path`` and return its path.
 
     Args:
@@ -1133,12 +1275,18 @@ def build_report(store: Any, run_ids: Sequence[str], out_path: str | Path, *,
             all episodes are listed and every number uses all of them.
         gain_pairs: ``(policy before, policy after, new harness h')`` triples
             (the policy after = the one trained further under h'); enables
-            the gain scatter (ΔJ against C(h') and M(π, h'), measured before).
+            the gain scatter (ΔJ against C(h') and M(π, h'), measured before
+            — the further-trained policies' episodes are left out of those
+            ceilings).
+        compare: ``((policy_a, h_a), (policy_b, h_b))`` pairs for the
+            conflation view; by default each policy under its own harness
+            against the others (see
+            :func:`tackroom.analysis.transfer.conflation_pairs`).
 
     Raises:
         RecordStoreError: a run id is unknown to the store.
     """
-    data, rows, final_ids = _collect(store, run_ids, train_harness, gain_pairs)
+    data, rows, final_ids = _collect(store, run_ids, train_harness, gain_pairs, compare)
     index, turns = _browser_data(store, data, rows, final_ids, max(0, max_episodes_in_browser))
     page = _page(data, index, turns)
     out = Path(out_path)

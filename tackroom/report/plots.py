@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "esc", "colour", "text_colour", "POLICY_COLOURS", "policy_colour", "HeatCell", "heatmap",
-    "Bar", "BarGroup", "bar_groups", "Point", "scatter", "nice_ticks", "pct",
+    "Bar", "BarGroup", "bar_groups", "Part", "PartsRow", "signed_parts", "Point", "scatter",
+    "nice_ticks", "pct", "pp",
 ]
 
 FONT = 12  # base font size in px
@@ -52,6 +53,15 @@ def pct(x: float | None, digits: int = 0) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
     return f"{100 * x:.{digits}f}%"
+
+
+def pp(x: float | None, signed: bool = True, unit: bool = True) -> str:
+    """A difference of rates in percentage points: ``0.25 → '+25 pp'``, never ``-0``."""
+    if x is None:
+        return "–"
+    v = round(100 * x)
+    text = "0" if v == 0 else f"{v:+d}" if signed else f"{v:d}"
+    return text + " pp" if unit else text
 
 
 def colour(value: float) -> str:
@@ -364,6 +374,97 @@ def _bar(b: Bar, y: float, h: float, X, left: float) -> str:
                    f'y1="{cy - 4:.1f}" y2="{cy + 4:.1f}"/></g>')
     out.append(f"<title>{esc(b.tooltip or f'{b.label}: {pct(b.value)}')}</title></g>")
     return "".join(out)
+
+
+# ---------------------------------------------------------------------------
+# Signed parts (what a gap is made of)
+# ---------------------------------------------------------------------------
+
+@dataclass
+class Part:
+    """One signed bar in [-1, 1] of a :class:`PartsRow` (``lo``/``hi``: a whisker)."""
+
+    label: str
+    value: float
+    colour: str
+    lo: float | None = None
+    hi: float | None = None
+    tooltip: str = ""
+
+
+@dataclass
+class PartsRow:
+    """A titled group of signed bars drawn from a shared zero line."""
+
+    title: str
+    parts: list[Part]
+    tooltip: str = ""
+
+
+def signed_parts(rows: Sequence[PartsRow], *, x_label: str = "", plot_w: float = 440,
+                 cls: str = "parts") -> str:
+    """Rows of signed horizontal bars on a symmetric axis around 0.
+
+    Made for decompositions such as ``gap = ceiling part − mismatch part``:
+    each row is one comparison, each bar one term, with its value written at
+    its end. The axis spans the largest magnitude (at least ±25 pp).
+    """
+    bar_h, gap, head, row_gap = 14, 4, 20, 14
+    labels = [p.label for r in rows for p in r.parts]
+    left = min(240, max((_tw(s) for s in labels), default=40) + 14)
+    width = left + plot_w + 70
+    vals = [abs(v) for r in rows for p in r.parts
+            for v in (p.value, p.lo, p.hi) if v is not None and math.isfinite(v)]
+    span = max(0.25, min(1.0, max(vals, default=0.25) * 1.1))
+    top = 26
+    y = top
+    layout = []
+    for r in rows:
+        h = head + len(r.parts) * (bar_h + gap)
+        layout.append((r, y))
+        y += h + row_gap
+    bottom = y - row_gap + (30 if x_label else 10)
+
+    def X(v: float) -> float:
+        return left + plot_w * (0.5 + 0.5 * max(-span, min(span, v)) / span)
+
+    out = [_svg_open(width, bottom, "signed parts", cls)]
+    ticks = [t for t in nice_ticks(-span, span, 5) if -span <= t <= span]
+    for t in ticks:
+        out.append(f'<line x1="{X(t):.1f}" x2="{X(t):.1f}" y1="{top - 8:.1f}" '
+                   f'y2="{y - row_gap + 2:.1f}" stroke="{GRID if t else AXIS}"/>')
+        out.append(_text(X(t), top - 12, _minus_pp(t), anchor="middle", size=10, fill=AXIS))
+    if x_label:
+        out.append(_text(left + plot_w / 2, bottom - 8, x_label, anchor="middle", size=11,
+                         fill=AXIS))
+    for r, ry in layout:
+        title = _text(0, ry + 14, _clip(r.title, 90), weight="600")
+        if r.tooltip:
+            title = f"<g>{title}<title>{esc(r.tooltip)}</title></g>"
+        out.append(title)
+        by = ry + head
+        for p in r.parts:
+            x0, x1 = sorted((X(0), X(p.value)))
+            out.append(f'<g class="part"><text x="{left - 8:.1f}" y="{by + bar_h - 3:.1f}" '
+                       f'text-anchor="end" fill="{INK}">{esc(_clip(p.label, 38))}</text>'
+                       f'<rect x="{x0:.1f}" y="{by:.1f}" width="{max(x1 - x0, 1.0):.1f}" '
+                       f'height="{bar_h}" rx="2" fill="{esc(p.colour)}"/>')
+            if p.lo is not None and p.hi is not None:
+                cy = by + bar_h / 2
+                out.append(f'<line x1="{X(p.lo):.1f}" x2="{X(p.hi):.1f}" y1="{cy:.1f}" '
+                           f'y2="{cy:.1f}" stroke="{INK}" stroke-width="1.2"/>')
+            tx = X(p.value) + (6 if p.value >= 0 else -6)
+            out.append(_text(tx, by + bar_h - 3, _minus_pp(p.value),
+                             anchor="start" if p.value >= 0 else "end", size=11))
+            out.append(f"<title>{esc(p.tooltip or p.label)}</title></g>")
+            by += bar_h + gap
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _minus_pp(v: float) -> str:
+    """A signed difference in percentage points, with a true minus sign."""
+    return pp(v).replace("-", "\u2212")
 
 
 # ---------------------------------------------------------------------------

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from tackroom.analysis.summary import by_harness_policy, by_task
+from tackroom.report.plots import pp
 
 
 def _pct(x: float) -> str:
@@ -123,4 +125,41 @@ def sealed_table(section: dict[str, Any]) -> Table:
         f"run; {t['inexpressible_cells']} cells ({t['inexpressible_episodes']} episodes) "
         "cannot be expressed by their harness")
     table.caption_justify = "left"
+    return table
+
+
+def conflation_table(rows: Iterable[dict[str, Any]],
+                     train_harness: dict[str, str] | None = None,
+                     pairs: list[tuple[tuple[str, str], tuple[str, str]]] | None = None
+                     ) -> Table:
+    """What each cross-harness gap is made of: ``J_a − J_b = ΔC − ΔM``, one row per pair.
+
+    ``pairs`` defaults to :func:`tackroom.analysis.transfer.conflation_pairs`
+    (each policy under its own harness against the others). A pair that cannot
+    be split (no ceiling for a harness) is listed with the reason.
+    """
+    from tackroom.analysis.ceiling import ceilings
+    from tackroom.analysis.transfer import conflation, conflation_pairs
+
+    rows = list(rows)
+    est = ceilings(rows, train_harness=train_harness)
+    table = Table(title="Conflation: a cross-harness gap = ceiling part − mismatch part",
+                  title_justify="left")
+    for col, just in [("a (policy · harness)", "left"), ("J_a", "right"),
+                      ("b (policy · harness)", "left"), ("J_b", "right"), ("gap", "right"),
+                      ("ceiling part ΔC", "right"), ("mismatch part −ΔM", "right")]:
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for a, b in pairs if pairs is not None else conflation_pairs(rows, train_harness):
+        left, right = f"{a[0]} · {a[1]}", f"{b[0]} · {b[1]}"
+        try:
+            c = conflation(rows, a, b, est)
+        except ValueError as e:
+            table.add_row(left, "", right, "", f"[dim]{escape(str(e))}[/dim]", "", "")
+            continue
+        table.add_row(left, _pct(c.success_a), right, _pct(c.success_b),
+                      f"[bold]{pp(c.gap)}[/bold]", pp(c.ceiling_part), pp(-c.mismatch_part))
+    if not table.rows:
+        table.caption = ("nothing to compare: it needs a policy under two harnesses, or two "
+                         "policies under different harnesses")
+        table.caption_justify = "left"
     return table
