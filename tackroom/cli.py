@@ -522,7 +522,7 @@ def seal_cmd(
           --policy hf:ckpt/a,hf:ckpt/b --seeds 0-9 --out manifest.json
     """
     from tackroom.harness.spec import load_harness
-    from tackroom.policies import POLICY_KINDS
+    from tackroom.policies import check_policy_spec
     from tackroom.runner.sealed import Manifest
     from tackroom.suites import get_suite
 
@@ -532,12 +532,8 @@ def seal_cmd(
                           "choose another --out, or pass --force to replace it")
     the_suite = get_suite(suite)
     policy_specs = _split(policy) or ["expert"]
-    kinds = {k.split(":", 1)[0] for k in POLICY_KINDS}
     for spec in policy_specs:
-        kind, _, rest = spec.partition(":")
-        if kind not in kinds or (kind != "expert" and not rest):
-            raise ConfigError(f"unknown policy {spec!r}", "--policy",
-                              f"use one of: {', '.join(POLICY_KINDS)}")
+        check_policy_spec(spec)
     default_tasks = ["@expert"] if all(p == "expert" for p in policy_specs) else ["@all"]
     task_list = select_tasks(the_suite, _split(tasks) or default_tasks)
     refs = _split(harness) or list(getattr(the_suite, "default_harnesses", _DEFAULT_HARNESSES))

@@ -7,6 +7,7 @@ so it succeeds sometimes; the toy suite; the runner; the record store; the CLI.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import signal
@@ -322,3 +323,34 @@ def test_cli_bad_setting_is_one_line(env, tmp_path):
     p = cli("train", "--db", env["db"], cwd=tmp_path, env_extra=_cli_env(env))
     assert p.returncode == 2 and "model.path is empty" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                    reason="needs the scale extra: pip install 'tackroom[scale]'")
+def test_cli_train_plays_rollouts_on_ray_workers(env, tmp_path):
+    """`tackroom train --ray`: each step's rollouts come from Ray actors holding that step's weights."""
+    out = tmp_path / "ray"
+    (tmp_path / "train.toml").write_text(_toml(env, out))
+    p = cli("train", "-c", "train.toml", "run.log_to=[]", "rollout.concurrency=4",
+            "--ray", "--db", env["db"], "--threads", "1", cwd=tmp_path,
+            env_extra=_cli_env(env))
+    assert p.returncode == 0, p.stdout + p.stderr
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    run_id = state["run_id"]
+    with RecordStore(env["db"], read_only=True) as store:
+        steps = store.train_steps(run_id)
+        n_rollouts = store.count(run_id)
+        adapters = {r["adapter"] for r in store.query(
+            f"SELECT DISTINCT adapter FROM turns WHERE run_id = '{run_id}'")}
+        config = store.run(run_id)["config"]
+    assert [s["step"] for s in steps] == [1, 2] and config["ray"] is True
+    # 2 steps × 2 task instances × 2 harnesses × G = 2, every one recorded by the driver.
+    assert n_rollouts == 2 * 2 * 2 * 2
+    # Step k's rollouts were played by workers that loaded the weights after k updates.
+    assert adapters == {f"{run_id}-step-0", f"{run_id}-step-1"}
+    assert all(s["recorded_logprobs"] == 1.0 for s in steps)  # π_old from the workers
+    # The trainer keeps only the latest weights it shipped to the workers.
+    shipped = [d for d in (out / "rollout-weights").iterdir() if not d.name.startswith(".")]
+    assert 1 <= len(shipped) <= 2
+    assert (out / "final" / "adapter_model.safetensors").is_file()

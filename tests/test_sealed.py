@@ -165,6 +165,15 @@ def test_tampered_manifest_and_filters_are_refused_in_one_line(tmp_path):
     assert line.startswith("--temperature: cannot be combined with --sealed")
     line = refused("seal", "--suite", "toy", "--out", str(manifest))
     assert "exists already" in line and "--force" in line
+    # Every policy spec `eval` takes can be sealed (checked by form, nothing loaded) ...
+    other = tmp_path / "specs.json"
+    invoke("seal", "--suite", "toy", "--tasks", "click-button", "--harness", "som-tools",
+           "--policy", "bundled,hf:bundled,expert,replay:r1,openai:m@http://127.0.0.1:9/v1",
+           "--seeds", "0", "--out", str(other))
+    assert json.loads(other.read_text())["policies"][0] == "bundled"
+    # ... and anything else is refused in one line.
+    line = refused("seal", "--suite", "toy", "--policy", "gpt-4", "--out", str(other), "--force")
+    assert "unknown policy 'gpt-4'" in line and "bundled" in line
 
 
 def test_changed_harness_is_refused_and_a_sealed_run_resumes(tmp_path, monkeypatch):

@@ -11,6 +11,19 @@ POLICY_KINDS = ("expert", "bundled", "openai:MODEL[@BASE_URL]", "hf:MODEL_DIR[:A
                 "replay:RUN_ID[:POLICY]")
 
 
+def check_policy_spec(spec: str) -> None:
+    """Raise :class:`PolicyError` unless ``spec`` names a policy kind :func:`make_policy` builds.
+
+    Checks the form only (nothing is loaded): for manifests written before
+    the policy is run, e.g. ``tackroom seal``.
+    """
+    kind, _, rest = spec.partition(":")
+    if spec in ("expert", "bundled") or (kind in ("openai", "hf", "replay") and rest):
+        return
+    raise PolicyError(f"unknown policy {spec!r}", "--policy",
+                      f"use one of: {', '.join(POLICY_KINDS)}")
+
+
 def make_policy(spec: str, *, db: str | None = None, **opts: Any) -> Policy:
     """Build a policy from its spec string.
 
@@ -46,5 +59,5 @@ def make_policy(spec: str, *, db: str | None = None, **opts: Any) -> Policy:
 
         run_id, _, source = rest.partition(":")
         return ReplayPolicy(run_id, db or "./tackroom-runs/tackroom.duckdb", source or None)
-    raise PolicyError(f"unknown policy {spec!r}", "--policy",
-                      f"use one of: {', '.join(POLICY_KINDS)}")
+    check_policy_spec(spec)
+    raise AssertionError(f"check_policy_spec accepted {spec!r} that make_policy cannot build")
