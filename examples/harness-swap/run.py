@@ -204,7 +204,6 @@ def analyse(exp: Experiment) -> None:
     from tackroom.analysis.transfer import conflation, transfer_matrix
     from tackroom.policies.bundled import bundled_id
     from tackroom.records import RecordStore
-    from tackroom.report.html import build_report
 
     ph = exp.state["phases"]
     bundled = bundled_id()
@@ -249,16 +248,17 @@ def analyse(exp: Experiment) -> None:
                      "gap": c.gap, "ceiling_part": c.ceiling_part,
                      "mismatch_part": c.mismatch_part})
 
-    # The HTML report over every run: `tackroom report` has no option for gain pairs, so
-    # it is built with the API (the same function the CLI calls) to get the gain scatter.
-    # The policy trained further under A is left out of train_harness: the transfer matrix
-    # pools every policy of a train harness, and it would mix into the bundled row.
-    train_harness = {bundled: HARNESS_A}
-    train_harness.update({ph[f"after-{h}"]["policy"]: h for h in exp.targets if h != HARNESS_A})
+    # The HTML report over every run, as a user makes it: `tackroom report` with the
+    # training harness of every policy (the transfer matrix: the bundled policy and the
+    # one trained further under A share the row som-tools; the report adds one row per
+    # policy) and the gain pairs (the gain scatter, ceilings measured before).
     report = exp.out / "report.html"
-    with RecordStore(exp.db, read_only=True) as store:
-        build_report(store, [ph["before"]["run"], *after_runs], report,
-                     train_harness=train_harness, gain_pairs=pairs)
+    trained = [f"{bundled}={HARNESS_A}"] + [f"{ph[f'after-{h}']['policy']}={h}"
+                                          for h in exp.targets]
+    exp.sh("report", [TACKROOM, "report", ph["before"]["run"], *after_runs, "--db", exp.db,
+                      "--out", str(report), *[a for t in trained for a in ("--trained", t)],
+                      *[a for before, after, h in pairs
+                        for a in ("--gain", f"{before}={after}@{h}")]])
 
     results = {"bundled": bundled, "args": vars(exp.args), "points": rows,
                "fit": {"model": fit.model, "intercept": fit.intercept,

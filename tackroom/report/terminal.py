@@ -88,8 +88,8 @@ def ceiling_mismatch_table(rows: Iterable[dict[str, Any]],
             if m is None:
                 table.add_row(*cells, "", "", "", "")
             else:
-                table.add_row(*cells, m.policy, _pct(m.success), f"{100 * m.mismatch:+.0f} pp",
-                              f"{100 * m.lo:+.0f}…{100 * m.hi:+.0f}")
+                table.add_row(*cells, m.policy, _pct(m.success), pp(m.mismatch),
+                              f"{pp(m.lo, unit=False)}…{pp(m.hi, unit=False)}")
     return table
 
 
