@@ -115,6 +115,38 @@ def test_batched_equals_unbatched(policy, monkeypatch):
     assert len(batched[1].token_ids) <= 9
 
 
+def test_shared_prompt_prefix_is_run_once_and_changes_nothing(policy, monkeypatch):
+    """One harness's batch (same system prompt and tools) and a group of G samples of one
+    prompt: the shared prefix is prefilled once, and every row gets what it gets alone."""
+    from tackroom.policies import hf_policy
+
+    requests = [
+        req(chat("Task: click OK")),
+        req(chat("Task: a much longer instruction about filling the whole form in",
+                 "Page:\n[1] input_text\n[2] button \"Submit\"\n[3] link"), max_tokens=9),
+        *[req(chat("Task: pick one"), temperature=1.0, seed=s) for s in range(3)],
+    ]
+    alone = [act(policy, r) for r in requests]
+    shared = []
+    inner = hf_policy._shared_prefix
+    monkeypatch.setattr(hf_policy, "_shared_prefix",
+                        lambda prompts: shared.append(inner(prompts)) or shared[-1])
+
+    async def together(rs):
+        return await asyncio.gather(*(policy.act(r) for r in rs))
+
+    for group in (requests, requests[2:]):
+        shared.clear()
+        batched = asyncio.run(together(group))
+        prompts = [policy.prompt_ids(r.messages, r.tools) for r in group]
+        assert shared == [inner(prompts)] and shared[0] >= hf_policy.MIN_SHARED_PREFIX
+        for a, b in zip(alone[len(requests) - len(group):], batched, strict=True):
+            assert a.token_ids == b.token_ids and a.text == b.text
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
+    # The group's prompts are identical: all but the last token is shared.
+    assert shared[0] == len(prompts[0]) - 1
+
+
 def test_batches_are_grouped(model_dir):
     p = HFPolicy(model_dir, max_batch=2, batch_wait_ms=50)
     sizes = []

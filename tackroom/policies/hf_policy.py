@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import re
 import threading
@@ -448,16 +449,31 @@ class HFPolicy:
         return self._executor
 
     def _generate(self, batch: list[_Job]) -> list[PolicyResponse]:
-        """One left-padded ``generate`` for the batch (runs in the worker thread)."""
+        """One ``generate`` for the batch (runs in the worker thread).
+
+        Prompts of one batch usually share a long prefix — the system prompt
+        and tool schemas of one harness, or the whole prompt for the G samples
+        of a training group. That prefix is run once and its keys/values
+        repeated to every row; each row's rest is left-padded *after* it
+        (``[shared | pad | own]``, pads masked: positions come from the mask,
+        so every row sees exactly its own prompt). Without a shared prefix
+        worth it, rows are plainly left-padded.
+        """
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
-        width = max(len(j.prompt) for j in batch)
-        input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, j in enumerate(batch):
-            input_ids[i, width - len(j.prompt):] = torch.tensor(j.prompt)
-            mask[i, width - len(j.prompt):] = 1
+        prompts = [j.prompt for j in batch]
+        shared = _shared_prefix(prompts) if len(batch) > 1 else 0
+        if shared < MIN_SHARED_PREFIX:
+            shared = 0
+        width = max(len(p) for p in prompts) - shared
+        input_ids = torch.full((len(batch), shared + width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), shared + width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, :shared] = torch.tensor(p[:shared])
+            input_ids[i, shared + width - (len(p) - shared):] = torch.tensor(p[shared:])
+            mask[i, :shared] = 1
+            mask[i, shared + width - (len(p) - shared):] = 1
         max_new = max(j.max_new for j in batch)
         config = GenerationConfig(
             max_new_tokens=max_new, do_sample=False, num_beams=1,
@@ -467,10 +483,16 @@ class HFPolicy:
         if any(j.sampling.temperature > 0 for j in batch):
             processors.append(_RowSampler([j.sampling for j in batch], self.device, self._rng))
         with self._using(batch[0].adapter) as model, torch.inference_mode():
+            extra = {}
+            if shared:
+                first = model(input_ids=input_ids[:1, :shared].to(self.device), use_cache=True)
+                cache = getattr(first, "cache", None) or first.past_key_values
+                cache.batch_repeat_interleave(len(batch))
+                extra[_cache_arg()] = cache
             out = model.generate(input_ids=input_ids.to(self.device),
                                  attention_mask=mask.to(self.device),
-                                 generation_config=config, logits_processor=processors)
-        new = out.sequences[:, width:].cpu()
+                                 generation_config=config, logits_processor=processors, **extra)
+        new = out.sequences[:, shared + width:].cpu()
         logits = torch.stack(out.logits, dim=1).float()  # raw logits, before the sampler
         logp = torch.log_softmax(logits, dim=-1).gather(-1, new.to(logits.device).unsqueeze(-1))
         logp = logp.squeeze(-1).cpu()
@@ -547,6 +569,32 @@ class _RowSampler:
             row[token] = 0.0
             scores[i] = row
         return scores
+
+
+#: A shared prompt prefix shorter than this is not worth a separate forward pass.
+MIN_SHARED_PREFIX = 32
+
+
+@functools.cache
+def _cache_arg() -> str:
+    """``generate``'s name for a precomputed cache: ``cache`` (newer 5.x) or ``past_key_values``."""
+    from transformers.generation import utils
+
+    return "cache" if "cache" in getattr(utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
+
+
+
+def _shared_prefix(prompts: list[list[int]]) -> int:
+    """Length of the longest common prefix, leaving every prompt at least one own token.
+
+    ``generate`` must feed at least one uncached token per row to produce the
+    first new token's logits.
+    """
+    first, n = prompts[0], min(len(p) for p in prompts) - 1
+    k = 0
+    while k < n and all(p[k] == first[k] for p in prompts):
+        k += 1
+    return k
 
 
 def _first_line(e: BaseException) -> str:
