@@ -40,7 +40,7 @@ setup: system $(STAMP)
 DEMO_TASKS := click-test,click-test-2,click-test-transfer,click-button,click-button-sequence,click-dialog,click-dialog-2,click-link,click-widget,focus-text,focus-text-2,identify-shape
 demo: setup
 	$(VENV)/bin/tackroom eval --suite miniwob --tasks $(DEMO_TASKS) \
-	  --harness som-tools,html-commands,outline-coords --policy bundled,expert --seeds 0-2 --max-tokens 64
+	  --harness som-tools,html-commands,outline-coords --policy bundled,expert --seeds 0-1 --max-tokens 48
 	$(VENV)/bin/tackroom report latest
 
 ## the bundled policy, reproducibly: expert episodes under som-tools (seeds 1000-1149, never

@@ -147,6 +147,35 @@ def test_shared_prompt_prefix_is_run_once_and_changes_nothing(policy, monkeypatc
     assert shared[0] == len(prompts[0]) - 1
 
 
+def test_system_block_keys_values_are_reused_across_batches(model_dir, policy, monkeypatch):
+    """A harness's system block is prefilled once; later turns (batches of one here) reuse
+    its keys/values and get exactly what a policy without the cache gets."""
+    plain = HFPolicy(model_dir)
+    plain.prefix_cache = False
+    requests = [req(chat("Task: click OK")),
+                req(chat("Task: type hello", "Page:\n[1] input_text\n[2] button"), max_tokens=6),
+                req(chat("Task: click OK"), tools=None),
+                req(chat("Task: pick one"), temperature=1.0, seed=5)]
+    policy._stem_kv.clear()
+    lengths: list[int] = []
+    forward = policy.model.forward
+    monkeypatch.setattr(policy.model, "forward",
+                        lambda *a, **k: lengths.append(k["input_ids"].shape[1]) or forward(*a, **k))
+    got = [act(policy, r) for r in requests]
+    want = [act(plain, r) for r in requests]
+    for a, b in zip(got, want, strict=True):
+        assert a.token_ids == b.token_ids and a.text == b.text
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
+    # The system block with tools is computed once, then reused by the three requests that
+    # share it; the one without tools is too short (< MIN_SHARED_PREFIX) to be worth caching.
+    (key,) = policy._stem_kv
+    assert len(key[2]) >= 32 and lengths.count(len(key[2])) == 1, lengths
+    # A later weight version never reads keys/values of the earlier one.
+    policy.set_version("v2")
+    assert not policy._stem_kv
+    policy.set_version(None)
+
+
 def test_batches_are_grouped(model_dir):
     p = HFPolicy(model_dir, max_batch=2, batch_wait_ms=50)
     sizes = []

@@ -73,13 +73,17 @@ def _run(cells, suite, run_id, store=None):
     return asyncio.run(run_cells(cells, suite, run_id, store=store, concurrency=16))
 
 
-def greedy_success(spec: str, n: int = 64) -> float:
-    """Greedy success of ``spec`` on held-out seeds (never used by training rollouts)."""
+def success(spec: str, temperature: float = 0.0, n: int = 64) -> float:
+    """Success of ``spec`` on held-out seeds (never used by training rollouts).
+
+    ``temperature`` 0: greedy; 1: sampled (seeded), the reward RL maximises.
+    """
     suite = get_suite("toy")
     policy = make_policy(spec, threads=1, max_batch=16)
     tasks = [suite.task(t) for t in TASKS.split(",")]
+    sampling = Sampling(max_tokens=16, temperature=temperature, seed=7 if temperature else None)
     cells = plan_grid(tasks, [load_harness("list-cmd1")], [policy],
-                      [EVAL_SEED_BASE + k for k in range(n)], Sampling(max_tokens=16)).cells
+                      [EVAL_SEED_BASE + k for k in range(n)], sampling).cells
     eps = _run(cells, suite, "greedy")
     return sum(e.outcome.value == "success" for e in eps) / len(eps)
 
@@ -130,25 +134,28 @@ def _cfg(env, out: Path, *overrides: str) -> RLConfig:
         f"run.out_dir={out}", "optim.micro_batch_size=8", *overrides])
 
 
-def test_online_rl_raises_greedy_success_on_held_out_seeds(env, tmp_path):
-    before = greedy_success(f"hf:{env['sft']}")
-    # Dr.GRPO (no length bias), a per-instance baseline, a KL leash to the SFT model:
-    # on this 1M-parameter model these keep 10 steps from collapsing into empty replies.
+def test_online_rl_raises_success_on_held_out_seeds(env, tmp_path):
+    before = success(f"hf:{env['sft']}"), success(f"hf:{env['sft']}", temperature=1.0)
+    # Dr.GRPO (no length bias), a per-instance baseline, a KL leash to the SFT model and
+    # a moderate learning rate: at 2e-3 one Adam step moved this 1M-parameter model to a
+    # KL of ~0.6 from the start and the outcome of 10 steps was a coin toss.
     cfg = _cfg(env, tmp_path / "rl", "algo.algorithm=dr_grpo", "algo.max_completion_length=16",
                "algo.beta=0.1", "grouping.group=task + '|' + str(seed)",
-               "grouping.group_size=8", "data.tasks_per_step=6", "optim.lr=2e-3",
+               "grouping.group_size=8", "data.tasks_per_step=6", "optim.lr=1e-3",
                "optim.steps=10", "lora.enabled=false", "run.checkpoint_every=0", "run.seed=0")
     with RecordStore(env["db"]) as store:
         result = run_rl(cfg, store, "rl-improve", threads=1)
         steps = store.train_steps("rl-improve")
         n_rollouts = store.count("rl-improve")
-    after = greedy_success(f"hf:{result.final}")
+    after = success(f"hf:{result.final}"), success(f"hf:{result.final}", temperature=1.0)
     assert result.steps == 10 and [s["step"] for s in steps] == list(range(1, 11))
     assert n_rollouts == 10 * 6 * 8  # every rollout is recorded
     assert all(s["recorded_logprobs"] == 1.0 for s in steps)  # π_old = the sampler's log-probs
-    # Before: ~12% (the SFT model clicks the first input whatever the task says);
-    # after: ~43% on the same 128 held-out episodes.
-    assert after >= before + 0.15, (before, after)
+    # On the same 128 held-out episodes: sampled success ~22% -> ~44% (the reward RL
+    # maximises); greedy ~0% (the SFT model's greedy reply runs on: "click 1111...")
+    # -> 12-44% depending on the run. Measured over training seeds and SFT lengths.
+    assert after[1] >= before[1] + 0.1, (before, after)
+    assert after[0] >= before[0] + 0.08, (before, after)
 
 
 def test_offline_records_with_logprobs_use_them(env, tmp_path):

@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import copy
+import json
 import random
 import re
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +54,7 @@ from typing import Any
 from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
 from tackroom.core.policy import PolicyRequest, PolicyResponse, Sampling
 from tackroom.policies.chat_format import PAD, no_progress_bars, parse_tool_calls, read_model_card
+from tackroom.policies.kv import cache_kwarg, cache_of
 from tackroom.policies.options import construct
 
 __all__ = ["HFPolicy", "make_hf_policy"]
@@ -76,6 +79,9 @@ class _Job:
     #: What the response records as its adapter: the adapter's name, or the weight
     #: version of an in-memory model being trained (:meth:`HFPolicy.set_version`).
     label: str | None = None
+    #: Tokens of the prompt's system block (system prompt + tool schemas): the part
+    #: every turn of every episode under one harness begins with (0: none known).
+    stem: int = 0
 
 
 #: Written next to an adapter by ``tackroom train``: ``{"version": ...}`` names its weights.
@@ -161,6 +167,11 @@ class HFPolicy:
         self._active: str | None = None
         self._version: str | None = None
         self._rng = random.Random()
+        # Keys/values of recent system blocks, reused across batches (see _prefix_kv);
+        # off for an in-memory model that a trainer updates in place (from_model).
+        self.prefix_cache = _preloaded is None
+        self._stems: dict[str, tuple[int, ...]] = {}
+        self._stem_kv: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[_Job] = []
@@ -278,6 +289,7 @@ class HFPolicy:
         wrote it (``Turn.adapter``) even though the model never left memory.
         """
         self._version = version
+        self._stem_kv.clear()
 
     # ------------------------------------------------------------- adapters
     @property
@@ -320,6 +332,7 @@ class HFPolicy:
                                   "check that it was trained on this base model") from None
             self.model.eval()
             self._adapters[name] = str(path)
+            self._stem_kv.clear()  # an adapter reloaded under its name has new weights
 
     def set_adapter(self, name: str | None) -> None:
         """Serve later calls with adapter ``name`` (``None``: the base model)."""
@@ -357,6 +370,26 @@ class HFPolicy:
             ids = ids[0]
         return [int(i) for i in ids]
 
+    def _stem(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+              prompt: list[int]) -> int:
+        """How many leading tokens of ``prompt`` are its system block (0 if none)."""
+        if not self.prefix_cache or not messages or messages[0].get("role") != "system":
+            return 0
+        key = json.dumps([messages[0], tools], sort_keys=True, default=str)
+        stem = self._stems.get(key)
+        if stem is None:
+            ids = self.tokenizer.apply_chat_template(
+                messages[:1], tools=tools or None, add_generation_prompt=False, tokenize=True,
+                return_dict=False)
+            if ids and isinstance(ids[0], list):
+                ids = ids[0]
+            stem = tuple(int(i) for i in ids)
+            if len(self._stems) >= 64:
+                self._stems.clear()
+            self._stems[key] = stem
+        # Only a true token prefix (a template could tokenize across the boundary).
+        return len(stem) if len(stem) < len(prompt) and tuple(prompt[:len(stem)]) == stem else 0
+
     def score(self, messages: list[dict[str, Any]], completion_ids: list[int],
               tools: list[dict[str, Any]] | None = None, *,
               adapter: Any = ...) -> list[float]:
@@ -391,7 +424,8 @@ class HFPolicy:
         job = _Job(prompt=prompt, sampling=s, max_new=max(1, min(int(s.max_tokens), room)),
                    parse_tools=bool(request.tools), adapter=self._active,
                    future=asyncio.get_running_loop().create_future(),
-                   label=self._active if self._active is not None else self._version)
+                   label=self._active if self._active is not None else self._version,
+                   stem=self._stem(request.messages, request.tools, prompt))
         self._enqueue(job)
         return await job.future
 
@@ -463,9 +497,11 @@ class HFPolicy:
         from transformers import GenerationConfig, LogitsProcessorList
 
         prompts = [j.prompt for j in batch]
-        shared = _shared_prefix(prompts) if len(batch) > 1 else 0
-        if shared < MIN_SHARED_PREFIX:
-            shared = 0
+        shared = _shared_prefix(prompts)
+        stem = batch[0].stem if all(j.stem == batch[0].stem for j in batch) else 0
+        stem = stem if MIN_SHARED_PREFIX <= stem <= shared else 0
+        if shared < MIN_SHARED_PREFIX or (len(batch) == 1 and not stem):
+            shared = 0  # nothing to share, nothing cached: a plain batch
         width = max(len(p) for p in prompts) - shared
         input_ids = torch.full((len(batch), shared + width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(batch), shared + width), dtype=torch.long)
@@ -485,10 +521,9 @@ class HFPolicy:
         with self._using(batch[0].adapter) as model, torch.inference_mode():
             extra = {}
             if shared:
-                first = model(input_ids=input_ids[:1, :shared].to(self.device), use_cache=True)
-                cache = getattr(first, "cache", None) or first.past_key_values
+                cache = self._prefix_kv(model, batch[0].adapter, prompts[0][:shared], stem)
                 cache.batch_repeat_interleave(len(batch))
-                extra[_cache_arg()] = cache
+                extra[cache_kwarg(model)] = cache
             out = model.generate(input_ids=input_ids.to(self.device),
                                  attention_mask=mask.to(self.device),
                                  generation_config=config, logits_processor=processors, **extra)
@@ -498,6 +533,35 @@ class HFPolicy:
         logp = logp.squeeze(-1).cpu()
         return [self._response(j, new[i].tolist(), logp[i].tolist())
                 for i, j in enumerate(batch)]
+
+    def _prefix_kv(self, model: Any, adapter: str | None, prefix: list[int], stem: int) -> Any:
+        """Keys/values of ``prefix`` (batch of one), its first ``stem`` tokens from the cache.
+
+        The system block is the same for every turn of every episode under a
+        harness: its keys/values are kept (a few, least recently used out) per
+        (adapter, weight version, tokens) and copied for each batch, which then
+        runs only the rest of its shared prefix.
+        """
+        import torch
+
+        def forward(ids: list[int], past: Any = None) -> Any:
+            extra = {cache_kwarg(model): past} if past is not None else {}
+            return cache_of(model(input_ids=torch.tensor([ids], device=self.device),
+                                  use_cache=True, **extra))
+
+        if not (stem and self.prefix_cache):
+            return forward(prefix)
+        key = (adapter, self._version, tuple(prefix[:stem]))
+        kv = self._stem_kv.get(key)
+        if kv is None:
+            kv = forward(prefix[:stem])
+            self._stem_kv[key] = kv
+            while len(self._stem_kv) > MAX_CACHED_STEMS:
+                self._stem_kv.popitem(last=False)
+        else:
+            self._stem_kv.move_to_end(key)
+        kv = copy.deepcopy(kv)  # generate extends a cache in place
+        return forward(prefix[stem:], kv) if len(prefix) > stem else kv
 
     def _response(self, job: _Job, tokens: list[int], logprobs: list[float]) -> PolicyResponse:
         tokens, finish = tokens[: job.max_new], "length"
@@ -573,19 +637,17 @@ class _RowSampler:
 
 #: A shared prompt prefix shorter than this is not worth a separate forward pass.
 MIN_SHARED_PREFIX = 32
+#: System blocks whose keys/values an HFPolicy keeps (one per harness × adapter in use).
+MAX_CACHED_STEMS = 8
 
 
-@functools.cache
-def _cache_arg() -> str:
-    """``generate``'s name for a precomputed cache: ``cache`` (newer 5.x) or ``past_key_values``."""
-    from transformers.generation import utils
-
-    return "cache" if "cache" in getattr(utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
 
 
 
 def _shared_prefix(prompts: list[list[int]]) -> int:
     """Length of the longest common prefix, leaving every prompt at least one own token.
+
+    For a single prompt: all of it but its last token.
 
     ``generate`` must feed at least one uncached token per row to produce the
     first new token's logits.

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tackroom.policies.kv import cache_kwarg, cache_of
+
 #: Below this many shared tokens the plain forward pass is as fast.
 MIN_SHARED = 32
 
@@ -56,11 +58,11 @@ def logits_from(model: Any, input_ids: Any, attention_mask: Any, start: int, *,
     head = model(input_ids=input_ids[:1, :shared], use_cache=True,
                  **_keep(model, shared - start), **extra)
     cache = DynamicCache()
-    for i, layer in enumerate(_cache_of(head).layers):
+    for i, layer in enumerate(cache_of(head).layers):
         cache.update(layer.keys.expand(rows, *layer.keys.shape[1:]),
                      layer.values.expand(rows, *layer.values.shape[1:]), i)
     tail = model(input_ids=input_ids[:, shared:], attention_mask=attention_mask,
-                 **{_cache_kwarg(model): cache}, **_keep(model, width - max(start, shared)),
+                 **{cache_kwarg(model): cache}, **_keep(model, width - max(start, shared)),
                  **extra)
     first = _last(head.logits, max(0, shared - start)).expand(rows, -1, -1)
     logits = torch.cat([first, _last(tail.logits, width - max(start, shared))], dim=1)
@@ -90,15 +92,3 @@ def _keep(model: Any, n: int) -> dict[str, int]:
     return {"logits_to_keep": max(1, n)} if _KEEPS[cls] else {}
 
 
-def _cache_of(output: Any) -> Any:
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else output.past_key_values
-
-
-def _cache_kwarg(model: Any) -> str:
-    """``cache`` in recent transformers, ``past_key_values`` before (peft unwrapped)."""
-    import inspect
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    params = inspect.signature(type(base).forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
