@@ -196,6 +196,29 @@ def conflation(rows: Iterable[Mapping[str, Any]], a: tuple[str, str], b: tuple[s
         mismatch_part=ma.mismatch - mb.mismatch, same_tasks=ma.tasks == mb.tasks)
 
 
+def _success_rates(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], float]:
+    """``(policy, harness) -> success rate`` over the scored rows."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    for r in scored_rows(rows):
+        c = counts.setdefault((r["policy"], r["harness"]), [0, 0])
+        c[0] += 1
+        c[1] += r["outcome"] == SUCCESS
+    return {k: s / n for k, (n, s) in counts.items()}
+
+
+def _home(rates: Mapping[tuple[str, str], float],
+          train_harness: Mapping[str, str] | None) -> dict[str, str]:
+    home: dict[str, str] = {}
+    for pol in sorted({p for p, _ in rates if p != EXPERT}):
+        own = (train_harness or {}).get(pol)
+        if own is not None and (pol, own) in rates:
+            home[pol] = own
+        else:
+            home[pol] = min((h for p, h in rates if p == pol),
+                            key=lambda h: (-rates[(pol, h)], h))
+    return home
+
+
 def reported_cells(rows: Iterable[Mapping[str, Any]],
                    train_harness: Mapping[str, str] | None = None) -> dict[str, str]:
     """The harness each policy would be *reported* under: policy -> harness.
@@ -205,23 +228,7 @@ def reported_cells(rows: Iterable[Mapping[str, Any]],
     scored best (ties broken by name). The expert is left out: it stands
     behind the ceilings, it is not an agent being compared.
     """
-    counts: dict[tuple[str, str], list[int]] = {}
-    for r in scored_rows(rows):
-        if r["policy"] == EXPERT:
-            continue
-        c = counts.setdefault((r["policy"], r["harness"]), [0, 0])
-        c[0] += 1
-        c[1] += r["outcome"] == SUCCESS
-    home: dict[str, str] = {}
-    for pol in sorted({p for p, _ in counts}):
-        own = (train_harness or {}).get(pol)
-        if own is not None and (pol, own) in counts:
-            home[pol] = own
-            continue
-        mine = sorted((h for p, h in counts if p == pol),
-                      key=lambda h: (-counts[(pol, h)][1] / counts[(pol, h)][0], h))
-        home[pol] = mine[0]
-    return home
+    return _home(_success_rates(rows), train_harness)
 
 
 def conflation_pairs(rows: Iterable[Mapping[str, Any]],
@@ -235,25 +242,17 @@ def conflation_pairs(rows: Iterable[Mapping[str, Any]],
     under — the drop a user sees when they swap the harness. ``a`` is the
     higher-scoring side, so gaps are positive. At most ``limit`` pairs.
     """
-    rows = list(rows)
-    home = reported_cells(rows, train_harness)
-    counts: dict[tuple[str, str], list[int]] = {}
-    for r in scored_rows(rows):
-        c = counts.setdefault((r["policy"], r["harness"]), [0, 0])
-        c[0] += 1
-        c[1] += r["outcome"] == SUCCESS
-    rates = {k: s / n for k, (n, s) in counts.items()}
+    rates = _success_rates(rows)
+    home = _home(rates, train_harness)
     pairs: list[tuple[tuple[str, str], tuple[str, str]]] = []
     pols = sorted(home)
     if len(pols) == 1:
         (pol,) = pols
-        others = sorted(h for p, h in counts if p == pol and h != home[pol])
-        pairs = [((pol, home[pol]), (pol, h)) for h in others]
+        pairs = [((pol, home[pol]), (pol, h))
+                 for h in sorted(h for p, h in rates if p == pol and h != home[pol])]
     else:
-        for i, pa in enumerate(pols):
-            for pb in pols[i + 1:]:
-                if home[pa] != home[pb]:
-                    pairs.append(((pa, home[pa]), (pb, home[pb])))
+        pairs = [((pa, home[pa]), (pb, home[pb])) for i, pa in enumerate(pols)
+                 for pb in pols[i + 1:] if home[pa] != home[pb]]
     pairs = [(a, b) if rates[a] >= rates[b] else (b, a) for a, b in pairs]
     pairs.sort(key=lambda ab: (-(rates[ab[0]] - rates[ab[1]]), ab))
     return pairs[:limit]

@@ -361,11 +361,12 @@ class HFPolicy:
 
     # --------------------------------------------------------------- tokens
     def prompt_ids(self, messages: list[dict[str, Any]],
-                   tools: list[dict[str, Any]] | None = None) -> list[int]:
+                   tools: list[dict[str, Any]] | None = None, *,
+                   add_generation_prompt: bool = True) -> list[int]:
         """The token ids the model sees for ``messages`` (chat template, generation prompt)."""
         ids = self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=True, tokenize=True,
-            return_dict=False)
+            messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
+            tokenize=True, return_dict=False)
         if ids and isinstance(ids[0], list):  # a batch of one
             ids = ids[0]
         return [int(i) for i in ids]
@@ -378,12 +379,7 @@ class HFPolicy:
         key = json.dumps([messages[0], tools], sort_keys=True, default=str)
         stem = self._stems.get(key)
         if stem is None:
-            ids = self.tokenizer.apply_chat_template(
-                messages[:1], tools=tools or None, add_generation_prompt=False, tokenize=True,
-                return_dict=False)
-            if ids and isinstance(ids[0], list):
-                ids = ids[0]
-            stem = tuple(int(i) for i in ids)
+            stem = tuple(self.prompt_ids(messages[:1], tools, add_generation_prompt=False))
             if len(self._stems) >= 64:
                 self._stems.clear()
             self._stems[key] = stem
