@@ -396,7 +396,7 @@ def episode_to_atif(ep: Episode) -> dict[str, Any]:
 
 
 def _tackroom_version() -> str:
-    from tackroom import __version__
+    from tackroom.core.version import __version__
 
     return __version__
 

@@ -652,7 +652,7 @@ class RecordStore:
             if self.read_only:
                 raise RecordStoreError("empty record store", where,
                                        "run `tackroom run` first, or pass the right --store path")
-            from tackroom import __version__
+            from tackroom.core.version import __version__
 
             con.begin()
             try:

@@ -1209,7 +1209,7 @@ def _section_browser(d: Mapping[str, Any], index: Mapping[str, Any]) -> str:
 
 
 def _page(d: Mapping[str, Any], index: Mapping[str, Any], turns: Mapping[str, Any]) -> str:
-    from tackroom import __version__
+    from tackroom.core.version import __version__
 
     script = JS
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()

@@ -182,7 +182,7 @@ class Manifest:
         its name (or ref) is in ``held_out``, or — when ``train_harnesses`` is given
         — when it is not among them.
         """
-        from tackroom import __version__
+        from tackroom.core.version import __version__
 
         explicit = set(held_out)
         trained = set(train_harnesses)
