@@ -1,9 +1,12 @@
 """Records: the DuckDB store every stage reads and writes, and its exports."""
 
 from tackroom.records.export import episode_to_atif, export_atif, export_jsonl, export_parquet
-from tackroom.records.store import SCHEMA_VERSION, RecordStore, scrub
+from tackroom.records.paths import DEFAULT_PATH, default_db
+from tackroom.records.schema import SCHEMA_VERSION
+from tackroom.records.secrets import REDACTED, scrub
+from tackroom.records.store import RecordStore
 
 __all__ = [
-    "RecordStore", "scrub", "SCHEMA_VERSION", "export_jsonl", "export_parquet", "export_atif",
-    "episode_to_atif",
+    "RecordStore", "scrub", "REDACTED", "SCHEMA_VERSION", "DEFAULT_PATH", "default_db",
+    "export_jsonl", "export_parquet", "export_atif", "episode_to_atif",
 ]

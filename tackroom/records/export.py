@@ -30,7 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tackroom.core.episode import Episode, Turn
-from tackroom.records.store import RecordStore, _to_json
+from tackroom.records.rows import to_json
+from tackroom.records.store import RecordStore
 
 __all__ = ["export_jsonl", "export_parquet", "export_atif", "episode_to_atif", "episode_dict",
            "ATIF_VERSION"]
@@ -78,7 +79,7 @@ def export_jsonl(store: RecordStore, run_id: str | None, path: str | Path) -> in
     try:
         with tmp.open("w", encoding="utf-8") as f:
             for ep in store.iter_episodes(run_id):
-                f.write(_to_json(episode_dict(ep)))
+                f.write(to_json(episode_dict(ep)))
                 f.write("\n")
                 n += 1
         tmp.replace(path)
@@ -424,7 +425,7 @@ def export_atif(store: RecordStore, run_id: str | None, out_dir: str | Path) -> 
         folder = base / _dir_name(ep.episode_id)
         folder.mkdir(parents=True, exist_ok=True)
         # Compact JSON: an indented dump uses the pure-Python encoder, ~10x slower.
-        (folder / "trajectory.json").write_text(_to_json(episode_to_atif(ep)) + "\n",
+        (folder / "trajectory.json").write_text(to_json(episode_to_atif(ep)) + "\n",
                                                 encoding="utf-8")
         n += 1
     return n

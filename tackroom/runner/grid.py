@@ -10,7 +10,6 @@ crash loses at most the episodes in flight — which ``--resume`` re-runs.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -75,25 +74,31 @@ def resume_attempts(plan: GridPlan, recorded: dict[str, str]) -> tuple[list[Epis
 
 
 class _Writer:
-    """Buffers finished episodes and appends them to the store in small batches."""
+    """Hands each finished episode to the store at once; the store does the batching.
 
-    def __init__(self, store, max_batch: int = 64, max_wait: float = 0.5) -> None:
+    :meth:`RecordStore.append` converts and queues the episode and returns;
+    the store's background flusher group-commits its queue within
+    ``commit_interval``. Nothing is held back here, so a crash loses at most
+    the episodes in flight and the store's last uncommitted fraction of a
+    second. ``flush`` commits the store's queue now. A store without
+    ``append`` / ``flush`` (a test double with only ``append_many``) gets
+    one episode per call.
+    """
+
+    def __init__(self, store) -> None:
         self.store = store
-        self.buffer: list[Episode] = []
-        self.max_batch = max_batch
-        self.max_wait = max_wait
-        self.last = time.monotonic()
 
     def add(self, ep: Episode) -> None:
-        self.buffer.append(ep)
-        if len(self.buffer) >= self.max_batch or time.monotonic() - self.last > self.max_wait:
-            self.flush()
+        if self.store is None:
+            return
+        if hasattr(self.store, "append"):
+            self.store.append(ep)
+        else:
+            self.store.append_many([ep])
 
     def flush(self) -> None:
-        if self.buffer and self.store is not None:
-            self.store.append_many(self.buffer)
-        self.buffer = []
-        self.last = time.monotonic()
+        if self.store is not None and hasattr(self.store, "flush"):
+            self.store.flush()
 
 
 class Executor(Protocol):

@@ -1,0 +1,134 @@
+"""Secret scrubbing: what keeps API keys and tokens out of the record store.
+
+Every text and JSON value the store writes passes through :func:`scrub` or
+:func:`scrub_text` (see :func:`tackroom.records.rows.scrubbed_json`), so a
+secret never reaches the DuckDB file or its write-ahead log. Two rules:
+
+* a value whose *key* names a secret (``api_key``, ``apiKey``, ``X-Api-Key``,
+  ``authorization``, ``password``, ``client_secret``, ``access_token``,
+  ``hf_token``, ``token`` ...) is replaced by :data:`REDACTED`, whatever its
+  type; ``token_ids``, ``prompt_tokens``, ``max_tokens``, tokenizer settings
+  (``eos_token`` ...) and the ``token`` of a log-prob entry are not secrets;
+* inside every string, ``sk-...`` keys, ``hf_`` / ``ghp_`` / ``github_pat_``
+  tokens, ``Bearer``/``Basic`` credentials and ``api_key=<value>``-style
+  assignments are redacted.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["REDACTED", "scrub", "scrub_text", "may_hold_secret"]
+
+#: What a secret is replaced with.
+REDACTED = "[redacted]"
+
+# A key whose value is a secret: api_key, apiKey, X-Api-Key, authorization,
+# password, client_secret, access_token, hf_token, token ... but not
+# token_ids, prompt_tokens, completion_tokens or max_tokens (``token`` must
+# be the key's last word).
+_SECRET_KEY = re.compile(
+    r"(?:^|_)(?:api_?key|apikey|secrets?|password|passwd|passphrase|authorization|auth"
+    r"|credentials?|private_key|access_key|cookie)(?:_|$)"
+    r"|(?:^|_)token$"
+)
+# Tokenizer settings that end in ``token`` but hold no secret.
+_NOT_SECRET_KEYS = frozenset(
+    {"bos_token", "eos_token", "pad_token", "unk_token", "sep_token", "cls_token",
+     "mask_token", "max_token", "next_token", "stop_token"}
+)
+# Secret-looking substrings of free text.
+_SECRET_TEXT = re.compile(
+    # OpenAI / Anthropic / OpenRouter style keys: sk-..., sk-proj-..., sk-ant-...
+    r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{8,}"
+    # Hugging Face and GitHub tokens.
+    r"|(?<![A-Za-z0-9])(?:hf|gh[pousr]|github_pat)_[A-Za-z0-9_]{20,}"
+)
+_BEARER = re.compile(r"\b([Bb]earer|BEARER|[Bb]asic)\s+[A-Za-z0-9._~+/=-]{8,}")
+# ``api_key=...``, ``"password": "..."``, ``Authorization: xyz`` inside text
+# (command lines, JSON strings such as tool-call arguments, URLs).
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?i)\b((?:[a-z0-9]+[_-])*(?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token"
+    r"|secret[_-]?key|client[_-]?secret|password|passwd|authorization)"
+    r"[\"']?\s*[:=]\s*[\"']?)"
+    r"(?!\[redacted\])(?!(?:bearer|basic)\s)([^\s\"',;&}]+)"
+)
+
+
+def _snake(key: str) -> str:
+    """``X-Api-Key`` → ``x_api_key``, ``accessToken`` → ``access_token``."""
+    key = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key)
+    return key.lower().replace("-", "_").replace(" ", "_")
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_name(key: str) -> str | None:
+    """The snake-case form of ``key`` if it names a secret, else ``None``."""
+    name = _snake(key)
+    if name in _NOT_SECRET_KEYS or not _SECRET_KEY.search(name):
+        return None
+    return name
+
+
+def _is_secret_key(key: str, siblings: Mapping[Any, Any]) -> bool:
+    name = _secret_name(key)
+    # OpenAI log-prob entries are {"token": "hello", "logprob": -0.1, ...}.
+    return name is not None and not (name == "token" and "logprob" in siblings)
+
+
+# A cheap test that a string (or a whole JSON document) may hold a secret.
+# Every secret key name and every secret text pattern above contains one of
+# these (lower-cased, with ``_``, ``-`` and spaces removed for the words), so
+# text without any of them needs no scrubbing. Substring tests are ~20x faster
+# than one case-insensitive regex over the same text.
+_SECRET_MARKS = ("sk-", "hf_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
+_SECRET_WORDS = ("token", "auth", "apikey", "secret", "passw", "passphrase", "bearer", "basic",
+                 "credential", "privatekey", "accesskey", "cookie")
+
+
+def may_hold_secret(text: str) -> bool:
+    """``False`` when ``text`` (a string or a whole JSON document) surely holds no secret."""
+    low = text.lower()
+    if any(mark in low for mark in _SECRET_MARKS):
+        return True
+    compact = low.replace("_", "").replace("-", "").replace(" ", "")
+    return any(word in compact for word in _SECRET_WORDS)
+
+
+def scrub_text(text: str) -> str:
+    """``text`` with secret-looking substrings replaced by :data:`REDACTED`."""
+    if not may_hold_secret(text):
+        return text
+    text = _SECRET_TEXT.sub(REDACTED, text)
+    text = _BEARER.sub(rf"\1 {REDACTED}", text)
+    return _SECRET_ASSIGNMENT.sub(rf"\1{REDACTED}", text)
+
+
+def scrub(obj: Any) -> Any:
+    """A copy of ``obj`` with secrets replaced by ``"[redacted]"``.
+
+    Walks dicts, lists and tuples. A value is a secret when its key names one
+    (``api_key``, ``authorization``, ``password``, ``secret``, ``token``,
+    ``access_token`` ...; not ``token_ids``, ``prompt_tokens`` or
+    ``max_tokens``), whatever its type (``None``, ``""`` and booleans are
+    kept). Inside every string, ``sk-...`` keys, ``hf_`` / ``ghp_`` tokens,
+    ``Bearer <token>`` and ``api_key=<value>``-style assignments are redacted.
+    Other values are returned unchanged.
+    """
+    if isinstance(obj, str):
+        return scrub_text(obj)
+    if isinstance(obj, Mapping):
+        out = {}
+        for key, value in obj.items():
+            if (isinstance(key, str) and value not in (None, "") and not isinstance(value, bool)
+                    and _is_secret_key(key, obj)):
+                out[key] = REDACTED
+            else:
+                out[key] = scrub(value)
+        return out
+    if isinstance(obj, list | tuple):
+        return [scrub(v) for v in obj]
+    return obj
