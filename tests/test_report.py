@@ -23,8 +23,15 @@ from tackroom.core.policy import PolicyRequest, PolicyResponse
 from tackroom.harness.spec import load_harness
 from tackroom.policies import make_policy
 from tackroom.records.store import RecordStore
-from tackroom.report import html as report_html
-from tackroom.report.html import build_report, report_data
+from tackroom.report import view as view_mod
+from tackroom.report.html import build_report, render_html, report_data
+from tackroom.report.terminal import (
+    ceiling_mismatch_table,
+    conflation_table,
+    report_tables,
+    summary_table,
+)
+from tackroom.report.view import ReportView, report_view
 from tackroom.runner.grid import plan_grid, run_cells
 from tackroom.suites import get_suite
 
@@ -226,8 +233,8 @@ def test_sections_degrade_with_notes(store, tmp_path, monkeypatch):
     assert "none of the trained policies" in d["notes"]["transfer"]
 
     # An analysis module missing altogether: the section is a note, never a crash.
-    real = report_html._analysis
-    monkeypatch.setattr(report_html, "_analysis", lambda name: (
+    real = view_mod._analysis
+    monkeypatch.setattr(view_mod, "_analysis", lambda name: (
         (None, f"tackroom.analysis.{name} is not available") if name in ("ceiling", "gain")
         else real(name)))
     page = build_report(store, ["run-grid"], tmp_path / "r2.html", train_harness=TRAIN,
@@ -237,6 +244,70 @@ def test_sections_degrade_with_notes(store, tmp_path, monkeypatch):
 
     with pytest.raises(Exception, match="no run"):
         report_data(store, ["no-such-run"])
+
+
+def _text(*tables) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True, no_color=True)
+    for t in tables:
+        console.print(t)
+    return console.export_text()
+
+
+def test_one_view_feeds_terminal_and_page(store, tmp_path, monkeypatch):
+    """The ceilings are estimated once per report; the tables and the page only read the view."""
+    from tackroom.analysis import ceiling as ceiling_mod
+    from tackroom.analysis import gain as _gain  # noqa: F401 - binds the real estimator first
+
+    calls = []
+    real_table, real_rows = ceiling_mod.ceilings_from_table, ceiling_mod.ceilings
+    monkeypatch.setattr(ceiling_mod, "ceilings_from_table",
+                        lambda *a, **k: calls.append("table") or real_table(*a, **k))
+    monkeypatch.setattr(ceiling_mod, "ceilings",
+                        lambda *a, **k: calls.append("rows") or real_rows(*a, **k))
+    view = report_view(store, ["run-grid"], train_harness=TRAIN, gain_pairs=GAIN_PAIRS)
+    assert isinstance(view, ReportView) and view["harnesses"] == HARNESSES
+    tables = report_tables(view)
+    text = _text(*tables)
+    page = render_html(view, store, tmp_path / "v.html").read_text()
+    assert calls == ["table"]  # (the gain's pre-training ceilings, on other rows, are gain.py's)
+    monkeypatch.undo()
+
+    assert [t.title for t in tables] == [
+        "Success by harness × policy", "Ceiling and mismatch: J_h(π) = C(h) − M(π, h)",
+        "Conflation: a cross-harness gap = ceiling part − mismatch part"]  # none sealed
+    assert view["sealed"] == [] and view["conflation_skipped"] == []
+    assert view.ceiling_estimates is not None and len(view.mismatch_estimates) == \
+        len(view["mismatch"])
+    # The terminal shows the view's numbers ...
+    fm = next(m for m in view["mismatch"] if (m["policy"], m["harness"]) == ("flaky", "som-tools"))
+    assert f"{100 * fm['mismatch']:+.0f} pp" in text
+    for p in view["conflation"]["pairs"]:
+        assert f"{p['a'][0]} · {p['a'][1]}" in text
+    # ... and so does the page, identical to build_report's apart from the time stamp.
+    again = build_report(store, ["run-grid"], tmp_path / "b.html", train_harness=TRAIN,
+                         gain_pairs=GAIN_PAIRS).read_text()
+    stamp = re.compile(r"generated [^<]*|\"generated_at\":\"[^\"]*\"")
+    assert stamp.sub("", page) == stamp.sub("", again)
+    assert _json_block(page, "tr-data")["mismatch"] == view["mismatch"]
+
+    # Plain rows still work (the summary in first-seen order; the others as the view's).
+    rows = store.episodes(run_id="run-grid")
+    assert _text(ceiling_mismatch_table(rows, TRAIN)) == _text(tables[1])
+    assert _text(conflation_table(rows, TRAIN)) == _text(tables[2])
+    assert sorted(_text(summary_table(rows)).splitlines()) == \
+        sorted(_text(tables[0]).splitlines())
+    # A pair that cannot be split keeps its place, with the reason.
+    asked = [(("expert", "som-tools"), ("flaky", "outline-coords")),
+             (("nobody", "som-tools"), ("expert", "html-commands")),
+             (("tuned-som", "som-tools"), ("tuned-html", "html-commands"))]
+    v2 = report_view(store, ["run-grid"], train_harness=TRAIN, compare=asked)
+    (skip,) = v2["conflation_skipped"]
+    assert skip["at"] == 1 and "nobody" in skip["reason"]
+    lines = [ln for ln in _text(conflation_table(v2)).splitlines() if ln.startswith("│")]
+    assert [ln.split("│")[1].strip() for ln in lines] == [
+        "expert · som-tools", "nobody · som-tools", "tuned-som · som-tools"]
 
 
 # -- the page ----------------------------------------------------------------------------------

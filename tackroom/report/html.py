@@ -19,8 +19,11 @@ with inline CSS, inline SVG plots and a small inline script. It shows:
   (messages, raw output, parse errors, actions, feedback, observations).
 
 Sections whose data is absent are replaced by a one-line note saying why.
-:func:`report_data` returns the same numbers as plain data, so the terminal
-can print tables that agree with the page.
+Every number comes from one :class:`~tackroom.report.view.ReportView`
+(:func:`~tackroom.report.view.report_view`), the same the terminal tables read,
+so they agree with the page; :func:`render_html` writes the page of a view,
+:func:`build_report` builds the view and writes its page. The episode
+browser's payload is :mod:`tackroom.report.browser`'s.
 
 Model output is untrusted: everything written into the HTML goes through
 :func:`~tackroom.report.plots.esc`, the embedded JSON has ``<``, ``>`` and
@@ -35,29 +38,21 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import hashlib
-import importlib
 import json
-import math
-import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from tackroom.analysis.stats import wilson
-from tackroom.analysis.summary import INFRA, by_harness_policy, by_task, final_attempts
-from tackroom.core.episode import Episode, Turn
-from tackroom.core.errors import RecordStoreError
+from tackroom.core.episode import Outcome
 from tackroom.report import plots
 from tackroom.report.assets import CSS, JS
+from tackroom.report.browser import browser_data
 from tackroom.report.plots import esc, pct
 from tackroom.report.plots import pp as _pp
-from tackroom.runner.sealed import sealed_report
+from tackroom.report.view import OUTCOMES, ReportView, report_data, report_view
 
-__all__ = ["build_report", "report_data", "ESTIMATOR_NOTES", "OUTCOMES"]
-
-OUTCOMES = ("success", "failure", "budget_exhausted", "timeout", "infra_error")
+__all__ = ["build_report", "render_html", "report_data", "ESTIMATOR_NOTES", "OUTCOMES"]
 
 #: What each ceiling estimator means, shown next to every ceiling number.
 ESTIMATOR_NOTES = {
@@ -68,607 +63,13 @@ ESTIMATOR_NOTES = {
     "retrained": "the best success among policies trained under the harness",
 }
 
-#: Longest text (characters) kept per field of an embedded turn.
-MAX_TEXT = 20_000
-#: Longest error text kept per row of the episode list.
-MAX_LIST_ERROR = 300
-
-
-# ---------------------------------------------------------------------------
-# Numbers
-# ---------------------------------------------------------------------------
-
-def _analysis(name: str) -> tuple[ModuleType | None, str]:
-    """An optional analysis module, or ``None`` and why it is missing."""
-    try:
-        return importlib.import_module(f"tackroom.analysis.{name}"), ""
-    except ImportError as e:
-        return None, f"the analysis module tackroom.analysis.{name} is not available ({e})"
-
-
-def _num(x: Any) -> float | None:
-    """A finite float or ``None`` (JSON has no NaN)."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def _rate(successes: int, n: int) -> dict[str, Any]:
-    lo, hi = wilson(successes, n)
-    return {"successes": successes, "n": n, "rate": successes / n if n else None,
-            "lo": lo, "hi": hi}
-
-
-def _order_harnesses(rows: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]]
-                     ) -> list[str]:
-    """Harnesses in the order the runs listed them, then any others alphabetically."""
-    seen = {r["harness"] for r in rows}
-    out: list[str] = []
-    for run in runs:
-        for h in (run.get("config") or {}).get("harnesses") or []:
-            if isinstance(h, str) and h in seen and h not in out:
-                out.append(h)
-    return out + sorted(seen - set(out))
-
-
-def _order_policies(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The expert first (it is the reference), then alphabetically."""
-    seen = {r["policy"] for r in rows}
-    return sorted(seen, key=lambda p: (p != "expert", p))
-
-
-def _run_info(run_id: str, info: Mapping[str, Any] | None, rows: Sequence[Mapping[str, Any]],
-              final_ids: set[int]) -> dict[str, Any]:
-    """One run's record, with outcome counts over its final attempts."""
-    info = info or {}
-    cfg = info.get("config") or {}
-    outcomes = {o: 0 for o in OUTCOMES}
-    for r in rows:
-        if id(r) in final_ids:
-            outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
-    scored = sum(outcomes.values()) - outcomes.get(INFRA, 0)
-    return {
-        "run_id": run_id,
-        "created_at": _num(info.get("created_at")),
-        "finished_at": _num(info.get("finished_at")),
-        "status": info.get("status") or "(no run record)",
-        "command": info.get("command") or "",
-        "manifest_hash": info.get("manifest_hash"),
-        "n_planned": info.get("n_planned"),
-        "n_episodes": len(rows),
-        "suite": cfg.get("suite") or ", ".join(sorted({str(r["suite"]) for r in rows})),
-        "harnesses": _order_harnesses(rows, [info]),
-        "policies": sorted({r["policy"] for r in rows}),
-        "outcomes": outcomes,
-        "success_rate": outcomes["success"] / scored if scored else None,
-        "config": cfg,
-    }
-
-
-def _collect(store: Any, run_ids: Sequence[str], train_harness: Mapping[str, str] | None,
-             gain_pairs: Sequence[Sequence[str]] | None = None,
-             compare: Sequence[tuple[tuple[str, str], tuple[str, str]]] | None = None
-             ) -> tuple[dict[str, Any], list[dict[str, Any]], set[int]]:
-    """The report's numbers, every recorded row, and ``id()`` of the final-attempt rows."""
-    run_ids = list(dict.fromkeys(run_ids))
-    if not run_ids:
-        raise ValueError("build a report from at least one run id")
-    rows: list[dict[str, Any]] = []
-    per_run: list[tuple[str, dict[str, Any] | None, list[dict[str, Any]]]] = []
-    for rid in run_ids:
-        info = store.run(rid)
-        rrows = store.episodes(run_id=rid)
-        if info is None and not rrows:
-            raise RecordStoreError(f"no run {rid!r}", str(getattr(store, "path", "")),
-                                   "list runs with `tackroom runs`")
-        for r in rrows:  # the columns may be NULL; the tables need names
-            r["harness"] = r.get("harness") or "(no harness)"
-            r["policy"] = r.get("policy") or "(no policy)"
-            r["seed"] = r["seed"] if r.get("seed") is not None else -1
-            r["attempt"] = r.get("attempt") or 0
-        rows.extend(rrows)
-        per_run.append((rid, info, rrows))
-    final = final_attempts(rows)
-    final_ids = {id(r) for r in final}
-    runs = [_run_info(rid, info, rrows, final_ids) for rid, info, rrows in per_run]
-    train_harness = dict(train_harness or {})
-
-    harnesses = _order_harnesses(rows, runs)
-    policies = _order_policies(rows)
-    tasks = sorted({r["task"] for r in rows})
-    outcomes = {o: 0 for o in OUTCOMES}
-    for r in final:
-        outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
-    runs_of_cell: dict[tuple, set[str]] = defaultdict(set)
-    for r in rows:
-        runs_of_cell[(r["task"], r["harness_hash"], r["policy"], r["seed"],
-                      str(r.get("sampling")))].add(r["run_id"])
-    n_infra_final = outcomes.get(INFRA, 0)
-    scored = len(final) - n_infra_final
-    counts = {
-        "recorded": len(rows),
-        "cells": len(final),
-        "scored": scored,
-        "successes": outcomes["success"],
-        "success": _rate(outcomes["success"], scored),
-        "infra_errors": n_infra_final,
-        "infra_attempts": sum(1 for r in rows if r["outcome"] == INFRA),
-        "superseded": len(rows) - len(final),
-        "cells_in_several_runs": sum(1 for v in runs_of_cell.values() if len(v) > 1),
-        "outcomes": outcomes,
-        "tasks": len(tasks), "harnesses": len(harnesses), "policies": len(policies),
-        "parse_errors": sum(int(r.get("parse_errors") or 0) for r in final),
-        "tokens": sum(int(r.get("prompt_tokens") or 0) + int(r.get("completion_tokens") or 0)
-                      for r in final),
-    }
-    h_pos = {h: i for i, h in enumerate(harnesses)}
-    p_pos = {p: i for i, p in enumerate(policies)}
-    summary = []
-    for s in sorted(by_harness_policy(final), key=lambda s: (h_pos[s.harness], p_pos[s.policy])):
-        summary.append({
-            "harness": s.harness, "policy": s.policy, **_rate(s.successes, s.n),
-            "infra_errors": s.infra_errors, "mean_turns": s.mean_turns,
-            "mean_tokens": s.mean_tokens, "parse_errors": s.parse_errors,
-            "outcomes": {o: s.outcomes.get(o, 0) for o in OUTCOMES},
-        })
-    matrix = []
-    for (task, h, p), s in sorted(by_task(final).items(),
-                                  key=lambda kv: (p_pos[kv[0][2]], kv[0][0], h_pos[kv[0][1]])):
-        matrix.append({"task": task, "harness": h, "policy": p, **_rate(s.successes, s.n),
-                       "infra_errors": s.infra_errors, "mean_turns": s.mean_turns})
-
-    data: dict[str, Any] = {
-        "generated_at": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "run_ids": run_ids, "runs": runs, "counts": counts,
-        "tasks": tasks, "harnesses": harnesses, "policies": policies,
-        "train_harness": train_harness,
-        "gain_pairs": [list(p) for p in gain_pairs or []],
-        "summary": summary, "matrix": matrix,
-        "ceilings": {}, "best_ceiling": {}, "mismatch": [], "pass_at_k": [],
-        "transfer": None, "conflation": None, "gain": None, "notes": {},
-        # One entry per sealed run: every cell of its manifest (see runner/sealed.py).
-        "sealed": [sec for rid, info, rrows in per_run
-                   if (sec := sealed_report(rid, (info or {}).get("manifest_hash"),
-                                            _config_of(info), rrows)) is not None],
-    }
-    notes: dict[str, str] = data["notes"]
-    ceils = _ceilings_and_mismatch(data, final, train_harness, notes)
-    _transfer(data, final, train_harness, notes)
-    _conflation(data, final, train_harness, ceils, compare, notes)
-    _gain(data, final, train_harness, gain_pairs, notes)
-    return data, rows, final_ids
-
-
-def _config_of(info: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A run's config snapshot as a dict (the store may hand it back as JSON text)."""
-    cfg = (info or {}).get("config") or {}
-    return json.loads(cfg) if isinstance(cfg, str) else dict(cfg)
-
-
-def _failed(section: str, err: Exception) -> str:
-    warnings.warn(f"report section {section!r} could not be computed: {err!r}", stacklevel=3)
-    return f"could not be computed: {type(err).__name__}: {err}"
-
-
-def _ceilings_and_mismatch(data: dict[str, Any], final: list[dict[str, Any]],
-                           train_harness: dict[str, str], notes: dict[str, str]
-                           ) -> dict[str, Any] | None:
-    """Fill the ceiling and mismatch sections; the ceiling estimates (``None`` if none)."""
-    ceiling_mod, why = _analysis("ceiling")
-    if ceiling_mod is None:
-        notes["ceiling"] = f"No ceilings: {why}."
-        return None
-    if not any(r["outcome"] != INFRA for r in final):
-        notes["ceiling"] = "No ceilings: the runs have no scored episodes (all infra errors)."
-        return None
-    try:
-        ceils = ceiling_mod.ceilings(final, train_harness=train_harness or None)
-    except Exception as e:  # noqa: BLE001 - a broken estimator must not sink the report
-        notes["ceiling"] = "Ceilings " + _failed("ceiling", e) + "."
-        return None
-    for h, ests in ceils.items():
-        data["ceilings"][h] = [{
-            "harness": e.harness, "estimator": e.estimator, "value": _num(e.value),
-            "lo": _num(e.lo), "hi": _num(e.hi), "n_tasks": e.n_tasks, "detail": e.detail,
-            "source": list(getattr(e, "source", ()) or ()),
-        } for e in ests]
-        if ests:
-            best = ceiling_mod.best_ceiling(ests)
-            data["best_ceiling"][h] = {"estimator": best.estimator, "value": _num(best.value),
-                                       "lo": _num(best.lo), "hi": _num(best.hi)}
-        for e in ests:
-            for pk in getattr(e, "pass_at_k", None) or []:
-                data["pass_at_k"].append({
-                    "harness": pk.harness, "policy": pk.policy, "k": pk.k,
-                    "value": _num(pk.value), "lo": _num(pk.lo), "hi": _num(pk.hi),
-                    "n_tasks": pk.n_tasks, "n_skipped": pk.n_skipped})
-    no_expert = [h for h, ests in ceils.items()
-                 if ests and not any(e.estimator == "expert" for e in ests)]
-    if no_expert:
-        notes["ceiling_expert"] = (
-            f"No expert episodes under {', '.join(no_expert)}: the ceiling there comes from "
-            "the pass@k union (and retrained policies, if any) only.")
-    if not train_harness:
-        notes["ceiling_retrained"] = ("No trained policies named (train_harness): the "
-                                      "\"retrained\" ceiling estimator is not used.")
-    mismatch_mod, why = _analysis("mismatch")
-    if mismatch_mod is None:
-        notes["mismatch"] = f"No mismatch: {why}."
-        return ceils
-    try:
-        ms = mismatch_mod.mismatch_return(final, ceils)
-    except Exception as e:  # noqa: BLE001
-        notes["mismatch"] = "Mismatch " + _failed("mismatch", e) + "."
-        return ceils
-    for m in ms:
-        c = m.ceiling
-        data["mismatch"].append({
-            "policy": m.policy, "harness": m.harness,
-            "ceiling_estimator": getattr(c, "estimator", str(c)),
-            "ceiling": _num(getattr(m, "ceiling_value", None)
-                            if _num(getattr(m, "ceiling_value", None)) is not None
-                            else getattr(c, "value", c)),
-            "success": _num(m.success), "success_lo": _num(m.success_lo),
-            "success_hi": _num(m.success_hi), "mismatch": _num(m.mismatch),
-            "lo": _num(m.lo), "hi": _num(m.hi), "n_tasks": getattr(m, "n_tasks", None),
-            "n_missing": getattr(m, "n_missing", 0)})
-    return ceils
-
-
-def _rate_dict(rate: Any) -> dict[str, Any]:
-    """A ``Rate``-like object (or a plain number) as a dict."""
-    if rate is None:
-        return {"rate": None}
-    if isinstance(rate, int | float):
-        return {"rate": _num(rate)}
-    get = (lambda k: rate.get(k)) if isinstance(rate, Mapping) else \
-        (lambda k: getattr(rate, k, None))
-    return {"rate": _num(get("rate") if get("rate") is not None else get("value")),
-            "lo": _num(get("lo")), "hi": _num(get("hi")),
-            "successes": get("successes"), "n": get("n")}
-
-
-def _scalar(x: Any) -> float | None:
-    """A number, or the ``value``/``drop``/``rate`` of an object holding one."""
-    if x is None or isinstance(x, int | float):
-        return _num(x)
-    for k in ("drop", "value", "diff", "rate"):
-        v = x.get(k) if isinstance(x, Mapping) else getattr(x, k, None)
-        if v is not None:
-            return _num(v)
-    return None
-
-
-def _transfer(data: dict[str, Any], final: list[dict[str, Any]],
-              train_harness: dict[str, str], notes: dict[str, str]) -> None:
-    if not train_harness:
-        notes["transfer"] = ("No transfer matrix: no trained policies were named "
-                             "(pass train_harness: policy → the harness it was trained under).")
-        return
-    present = {r["policy"] for r in final}
-    if not set(train_harness) & present:
-        notes["transfer"] = ("No transfer matrix: none of the trained policies "
-                             f"({', '.join(sorted(train_harness))}) has episodes in these runs.")
-        return
-    mod, why = _analysis("transfer")
-    if mod is None:
-        notes["transfer"] = f"No transfer matrix: {why}."
-        return
-    try:
-        tm = mod.transfer_matrix(final, train_harness)
-    except Exception as e:  # noqa: BLE001
-        notes["transfer"] = "The transfer matrix " + _failed("transfer", e) + "."
-        return
-    drops = getattr(tm, "drop", None) or {}
-    tests = getattr(tm, "drop_test", None) or {}
-    cells = []
-    for (th, eh), rate in tm.cells.items():
-        d = {"train": th, "eval": eh, **_rate_dict(rate), "drop": _scalar(drops.get((th, eh)))}
-        test = tests.get((th, eh))
-        if test is not None:
-            d["drop_lo"], d["drop_hi"] = _num(getattr(test, "lo", None)), _num(
-                getattr(test, "hi", None))
-            d["drop_p"] = _num(getattr(test, "p_value", None))
-            d["drop_pairs"] = getattr(test, "n", None)
-        cells.append(d)
-    if not cells:
-        notes["transfer"] = "No transfer matrix: no trained policy has scored episodes."
-        return
-    order = {h: i for i, h in enumerate(data["harnesses"])}
-
-    def ordered(hs: Iterable[str]) -> list[str]:
-        return sorted(hs, key=lambda h: (order.get(h, len(order)), h))
-
-    cells.sort(key=lambda c: (order.get(c["train"], len(order)), c["train"],
-                              order.get(c["eval"], len(order)), c["eval"]))
-    policy_drop = getattr(tm, "policy_drop", None) or {}
-    by_policy = [{"policy": pol, "train": train_harness.get(pol), "eval": eh,
-                  **_rate_dict(rate), "drop": _scalar(policy_drop.get((pol, eh)))}
-                 for (pol, eh), rate in (getattr(tm, "by_policy", None) or {}).items()]
-    by_policy.sort(key=lambda c: (order.get(c["train"], len(order)), c["policy"],
-                                  order.get(c["eval"], len(order)), c["eval"]))
-    data["transfer"] = {"train_harnesses": ordered(tm.train_harnesses),
-                        "eval_harnesses": ordered(tm.eval_harnesses), "cells": cells,
-                        "policies": {k: list(v) for k, v in
-                                     (getattr(tm, "policies", None) or {}).items()},
-                        "by_policy": by_policy}
-
-
-def _conflation(data: dict[str, Any], final: list[dict[str, Any]],
-                train_harness: dict[str, str], ceils: dict[str, Any] | None,
-                compare: Sequence[tuple[tuple[str, str], tuple[str, str]]] | None,
-                notes: dict[str, str]) -> None:
-    """What each cross-harness gap is made of: ``gap = ΔC − ΔM`` per pair of cells."""
-    if not ceils:
-        notes["conflation"] = "No conflation view: it needs the ceilings, and there are none."
-        return
-    mod, why = _analysis("transfer")
-    if mod is None:
-        notes["conflation"] = f"No conflation view: {why}."
-        return
-    try:
-        if compare:
-            pairs, how = list(compare), "the pairs asked for"
-        else:
-            pairs = mod.conflation_pairs(final, train_harness or None)
-            how = ("each policy under its own harness (the one it was trained under, else its "
-                   "best), compared with every other policy under its own — or, with one "
-                   "policy, its own harness against each other harness")
-        out, skipped = [], []
-        for a, b in pairs:
-            try:
-                c = mod.conflation(final, tuple(a), tuple(b), ceils)
-            except ValueError as e:
-                skipped.append(f"{a[0]} under {a[1]} vs {b[0]} under {b[1]}: {e}")
-                continue
-            out.append({
-                "a": list(c.a), "b": list(c.b), "success_a": _num(c.success_a),
-                "success_b": _num(c.success_b), "ceiling_a": _num(c.ceiling_a),
-                "ceiling_b": _num(c.ceiling_b),
-                "estimator_a": c.mismatch_a.ceiling.estimator,
-                "estimator_b": c.mismatch_b.ceiling.estimator,
-                "mismatch_a": _num(c.mismatch_a.mismatch),
-                "mismatch_b": _num(c.mismatch_b.mismatch),
-                "gap": _num(c.gap), "ceiling_part": _num(c.ceiling_part),
-                "mismatch_part": _num(c.mismatch_part), "same_tasks": c.same_tasks,
-                "n_tasks_a": len(c.mismatch_a.tasks), "n_tasks_b": len(c.mismatch_b.tasks)})
-    except Exception as e:  # noqa: BLE001
-        notes["conflation"] = "The conflation view " + _failed("transfer", e) + "."
-        return
-    if skipped:
-        notes["conflation_skipped"] = "Left out: " + "; ".join(skipped) + "."
-    if not out:
-        notes["conflation"] = ("No conflation view: no two (policy, harness) cells to compare "
-                               "(it needs a policy under two harnesses, or two policies under "
-                               "different harnesses)." if not skipped else
-                               notes.pop("conflation_skipped"))
-        return
-    data["conflation"] = {"pairs": out, "how": how}
-
-
-def _gain(data: dict[str, Any], final: list[dict[str, Any]], train_harness: dict[str, str],
-          gain_pairs: Sequence[Sequence[str]] | None, notes: dict[str, str]) -> None:
-    if not gain_pairs:
-        notes["gain"] = ("No gain scatter: it needs policies trained further under a new "
-                         "harness, named as gain_pairs (policy before, policy after, new harness).")
-        return
-    mod, why = _analysis("gain")
-    if mod is None:
-        notes["gain"] = f"No gain scatter: {why}."
-        return
-    # C(h') and M(π, h') are *pre-training* numbers: the further-trained policies'
-    # own episodes must not raise the ceiling they are measured against (a policy
-    # that is the "after" of one pair and the "before" of another stays).
-    befores = {p[0] for p in gain_pairs}
-    trained_further = {p[1] for p in gain_pairs if len(p) == 3} - befores
-    before_rows = [r for r in final if r["policy"] not in trained_further]
-    try:
-        points = list(mod.gain_points(before_rows, final, None,
-                                      [tuple(p) for p in gain_pairs],
-                                      train_harness=train_harness or None))
-        fit = mod.fit_gain(points) if points else None
-    except Exception as e:  # noqa: BLE001
-        notes["gain"] = "The gain scatter " + _failed("gain", e) + "."
-        return
-    if not points:
-        notes["gain"] = ("No gain scatter: none of the gain_pairs has episodes of both "
-                         "policies under the new harness (on its ceiling's tasks).")
-        return
-    pts = []
-    for p in points:
-        pts.append({
-            "policy": p.policy, "policy_after": getattr(p, "policy_after", "") or p.policy,
-            "harness": p.harness, "ceiling": _num(p.ceiling), "mismatch": _num(p.mismatch),
-            "gain": _num(p.gain), "gain_lo": _num(getattr(p, "gain_lo", None)),
-            "gain_hi": _num(getattr(p, "gain_hi", None)),
-            "success_before": _num(getattr(p, "success_before", None)),
-            "success_after": _num(getattr(p, "success_after", None)),
-            "n_tasks": getattr(p, "n_tasks", None)})
-    fit_d = None
-    if fit is not None:
-        fit_d = {k: _num(getattr(fit, k, None)) for k in
-                 ("coef_ceiling", "coef_mismatch", "intercept", "r2")}
-        fit_d["n"] = getattr(fit, "n", len(pts))
-        fit_d["model"] = getattr(fit, "model", "ceiling+mismatch")
-        fit_d["note"] = getattr(fit, "note", "")
-    data["gain"] = {"points": pts, "fit": fit_d}
-
-
-def report_data(store: Any, run_ids: Sequence[str],
-                train_harness: Mapping[str, str] | None = None, *,
-                gain_pairs: Sequence[Sequence[str]] | None = None,
-                compare: Sequence[tuple[tuple[str, str], tuple[str, str]]] | None = None
-                ) -> dict[str, Any]:
-    """The report's numbers as plain data (JSON-serialisable), for terminal tables.
-
-    Keys: ``generated_at``, ``run_ids``, ``runs`` (per-run info), ``counts``
-    (recorded / cells / scored / successes / infra errors ...), ``tasks``,
-    ``harnesses``, ``policies``, ``summary`` (per harness × policy: rate,
-    Wilson ``lo``/``hi``, outcomes, turns, tokens), ``matrix`` (per task ×
-    harness × policy), ``ceilings`` (harness → estimates, each with its
-    ``estimator``), ``best_ceiling``, ``mismatch`` (per policy × harness:
-    J, C with its estimator, M = C − J with a bootstrap interval),
-    ``pass_at_k``, ``transfer`` (with ``by_policy``), ``conflation`` (pairs
-    of cells, each gap split into ceiling and mismatch parts) and ``gain``
-    (``None`` when absent),
-    ``sealed`` (one entry per sealed run: manifest hash, held-out harnesses,
-    totals and every cell of the manifest, from
-    :func:`tackroom.runner.sealed.sealed_report`; empty when none is sealed) and
-    ``notes`` (section → why it is absent or partial). ``train_harness``,
-    ``gain_pairs`` and ``compare`` are as for :func:`build_report`.
-
-    Only the final attempt of each cell counts (a cell recorded in several of
-    the runs counts once); infra errors are counted apart and never scored.
-    """
-    return _collect(store, run_ids, train_harness, gain_pairs, compare)[0]
-
-
-# ---------------------------------------------------------------------------
-# Episode browser data
-# ---------------------------------------------------------------------------
-
-def _cut(text: Any, limit: int = MAX_TEXT) -> Any:
-    if not isinstance(text, str) or len(text) <= limit:
-        return text
-    return text[:limit] + f"\n… [{len(text) - limit} more characters not embedded]"
-
-
-def _slim(obj: Any) -> Any:
-    """Message content without images and with long strings cut."""
-    if isinstance(obj, str):
-        return _cut(obj)
-    if isinstance(obj, list):
-        return [_slim(v) for v in obj]
-    if isinstance(obj, dict):
-        kind = obj.get("type")
-        if kind in ("image_url", "input_image", "image"):
-            url = obj.get("image_url")
-            url = url.get("url") if isinstance(url, dict) else url
-            size = len(url) if isinstance(url, str) else 0
-            return {"type": kind, "omitted": f"image, {size // 1024} kB, not embedded"}
-        return {k: _slim(v) for k, v in obj.items()}
-    return obj
-
-
-def _turn_json(t: Turn, prev: list[dict[str, Any]]) -> dict[str, Any]:
-    msgs = t.messages or []
-    keep = 0
-    for a, b in zip(prev, msgs, strict=False):
-        if a != b:
-            break
-        keep += 1
-    d: dict[str, Any] = {"k": keep, "m": [_slim(m) for m in msgs[keep:]],
-                         "raw": _cut(t.raw_text), "r": _num(t.reward)}
-    if t.tool_calls:
-        d["tc"] = _slim(t.tool_calls)
-    if t.parse_error:
-        d["pe"] = _cut(t.parse_error)
-    if t.feedback:
-        d["fb"] = _cut(t.feedback)
-    if t.actions:
-        d["a"] = _slim(t.actions)
-    if t.action_error:
-        d["ae"] = _cut(t.action_error)
-    if t.observation is not None:
-        d["o"] = _cut(t.observation)
-    if t.prompt_tokens or t.completion_tokens:
-        d["pt"], d["ct"] = t.prompt_tokens, t.completion_tokens
-    d["tp"], d["te"], d["th"] = _num(t.t_policy), _num(t.t_env), _num(t.t_harness)
-    if t.logprobs:
-        finite = [x for x in t.logprobs if math.isfinite(x)]
-        d["lp"] = [len(t.logprobs), _num(sum(finite) / len(finite)) if finite else None]
-    if t.adapter:
-        d["ad"] = t.adapter
-    return d
-
-
-def _episode_json(ep: Episode) -> dict[str, Any]:
-    turns, prev = [], []
-    for t in ep.turns:
-        turns.append(_turn_json(t, prev))
-        prev = t.messages or []
-    return {"instruction": _cut(ep.instruction), "error": _cut(ep.error), "turns": turns}
-
-
-def _pick_embedded(rows: Sequence[Mapping[str, Any]], limit: int) -> list[int]:
-    """Indexes of the rows whose turns are embedded: all if they fit, else a spread.
-
-    Round-robin over (policy, harness, task, outcome) groups, so every group
-    (the failures of a cell as well as its successes) has examples.
-    """
-    if limit <= 0:
-        return []
-    if len(rows) <= limit:
-        return list(range(len(rows)))
-    groups: dict[tuple, list[int]] = defaultdict(list)
-    for i, r in enumerate(rows):
-        groups[(r["policy"], r["harness"], r["task"], r["outcome"])].append(i)
-    queues = [groups[k] for k in sorted(groups)]
-    chosen: list[int] = []
-    depth = 0
-    while len(chosen) < limit:
-        added = False
-        for q in queues:
-            if depth < len(q):
-                chosen.append(q[depth])
-                added = True
-                if len(chosen) >= limit:
-                    break
-        if not added:
-            break
-        depth += 1
-    return sorted(chosen)
-
-
-def _browser_data(store: Any, data: Mapping[str, Any], rows: list[dict[str, Any]],
-                  final_ids: set[int], limit: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The episode list (every recorded episode) and the turns of at most ``limit``."""
-    h_pos = {h: i for i, h in enumerate(data["harnesses"])}
-    p_pos = {p: i for i, p in enumerate(data["policies"])}
-    rows = sorted(rows, key=lambda r: (r["task"], h_pos[r["harness"]], p_pos[r["policy"]],
-                                       r["seed"], r["attempt"], r["run_id"]))
-    lookups: dict[str, list[str]] = {
-        "run": list(data["run_ids"]), "task": list(data["tasks"]),
-        "harness": list(data["harnesses"]), "policy": list(data["policies"]),
-        "outcome": list(OUTCOMES)}
-    for r in rows:
-        if r["outcome"] not in lookups["outcome"]:
-            lookups["outcome"].append(r["outcome"])
-    pos = {k: {v: i for i, v in enumerate(vs)} for k, vs in lookups.items()}
-    embedded = set(_pick_embedded(rows, limit))
-    cols = ["run", "id", "task", "harness", "policy", "seed", "attempt", "outcome", "reward",
-            "n_turns", "tokens", "parse_errors", "error", "turns_embedded", "final"]
-    out_rows = []
-    for i, r in enumerate(rows):
-        err = r.get("error")
-        out_rows.append([
-            pos["run"][r["run_id"]], r["episode_id"], pos["task"][r["task"]],
-            pos["harness"][r["harness"]], pos["policy"][r["policy"]], r["seed"], r["attempt"],
-            pos["outcome"][r["outcome"]], _num(r.get("reward")), r.get("n_turns") or 0,
-            int(r.get("prompt_tokens") or 0) + int(r.get("completion_tokens") or 0),
-            r.get("parse_errors") or 0, _cut(err, MAX_LIST_ERROR) if err else None,
-            1 if i in embedded else 0, 1 if id(r) in final_ids else 0])
-    suites = {t.split("/", 1)[0] + "/" for t in data["tasks"] if "/" in t}
-    index = {"cols": cols, "rows": out_rows, "lookups": lookups, "embedded": len(embedded),
-             "limit": limit, "strip": suites.pop() if len(suites) == 1 else ""}
-
-    turns: dict[str, Any] = {}
-    by_run: dict[str, list[str]] = defaultdict(list)
-    for i in sorted(embedded):
-        by_run[rows[i]["run_id"]].append(rows[i]["episode_id"])
-    for rid, ids in by_run.items():
-        for ep in store.iter_episodes(rid, episode_id=ids):
-            turns[f"{rid}/{ep.episode_id}"] = _episode_json(ep)
-    return index, turns
-
 
 def _script_json(obj: Any) -> str:
     """JSON safe inside ``<script type="application/json">``: no ``<``, ``>`` or ``&``."""
     text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
     return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
 
 
 # ---------------------------------------------------------------------------
@@ -760,7 +161,7 @@ def _section_overview(d: Mapping[str, Any]) -> str:
             esc(r["status"]), esc(r["command"]), esc(r["suite"]),
             esc(", ".join(r["harnesses"])), esc(", ".join(r["policies"])),
             esc(f"{r['n_episodes']}" + (f" / {planned}" if planned is not None else "")),
-            esc(pct(r["success_rate"])), esc(str(oc.get(INFRA, 0) or "·"))])
+            esc(pct(r["success_rate"])), esc(str(oc.get(Outcome.INFRA_ERROR, 0) or "·"))])
     out.append(_table([("run", False), ("created", False), ("status", False),
                        ("command", False), ("suite", False), ("harnesses", False),
                        ("policies", False), ("episodes / planned", True), ("success", True),
@@ -845,9 +246,9 @@ def _section_success(d: Mapping[str, Any]) -> str:
     for s in d["summary"]:
         oc = s["outcomes"]
         body.append([esc(s["harness"]), esc(s["policy"]), f"<b>{esc(pct(s['rate'], 1))}</b>",
-                     esc(_ci(s["lo"], s["hi"])), str(s["n"]), str(oc.get("success", 0)),
-                     str(oc.get("failure", 0)), str(oc.get("budget_exhausted", 0)),
-                     str(oc.get("timeout", 0)), str(s["infra_errors"] or "·"),
+                     esc(_ci(s["lo"], s["hi"])), str(s["n"]), str(oc.get(Outcome.SUCCESS, 0)),
+                     str(oc.get(Outcome.FAILURE, 0)), str(oc.get(Outcome.BUDGET_EXHAUSTED, 0)),
+                     str(oc.get(Outcome.TIMEOUT, 0)), str(s["infra_errors"] or "·"),
                      f"{s['mean_turns']:.1f}", f"{s['mean_tokens']:.0f}", str(s["parse_errors"])])
     out.append("<h3>Outcomes</h3>")
     out.append(_table([("harness", False), ("policy", False), ("success", True),
@@ -1255,6 +656,26 @@ def _page(d: Mapping[str, Any], index: Mapping[str, Any], turns: Mapping[str, An
     return "".join(parts)
 
 
+def render_html(view: ReportView, store: Any, out_path: str | Path, *,
+                max_episodes_in_browser: int = 2000) -> Path:
+    """Write the HTML page of ``view`` to ``out_path`` (parent folders created); its path.
+
+    ``store`` is the record store the view was built from: the episode browser
+    reads the turns of at most ``max_episodes_in_browser`` episodes from it (a
+    spread over every policy, harness, task and outcome; all episodes are
+    listed and every number uses all of them). The file is written whole and
+    then moved into place.
+    """
+    index, turns = browser_data(store, view, max(0, max_episodes_in_browser))
+    page = _page(view.data, index, turns)
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
 def build_report(store: Any, run_ids: Sequence[str], out_path: str | Path, *,
                  train_harness: Mapping[str, str] | None = None,
                  max_episodes_in_browser: int = 2000,
@@ -1263,36 +684,12 @@ def build_report(store: Any, run_ids: Sequence[str], out_path: str | Path, *,
                  ) -> Path:
     """Write the HTML report of ``run_ids`` to ``out_path`` and return its path.
 
-    Args:
-        store: a :class:`~tackroom.records.RecordStore`.
-        run_ids: the runs to report on, together (a cell recorded in several
-            of them counts once).
-        out_path: the HTML file to write (parent folders are created).
-        train_harness: policy id → the harness it was trained under; enables
-            the "retrained" ceiling estimator and the transfer matrix.
-        max_episodes_in_browser: embed the turns of at most this many
-            episodes (a spread over every policy, harness, task and outcome);
-            all episodes are listed and every number uses all of them.
-        gain_pairs: ``(policy before, policy after, new harness h')`` triples
-            (the policy after = the one trained further under h'); enables
-            the gain scatter (ΔJ against C(h') and M(π, h'), measured before
-            — the further-trained policies' episodes are left out of those
-            ceilings).
-        compare: ``((policy_a, h_a), (policy_b, h_b))`` pairs for the
-            conflation view; by default each policy under its own harness
-            against the others (see
-            :func:`tackroom.analysis.transfer.conflation_pairs`).
+    :func:`~tackroom.report.view.report_view` (``train_harness``,
+    ``gain_pairs`` and ``compare`` are its) and then :func:`render_html`.
 
     Raises:
         RecordStoreError: a run id is unknown to the store.
     """
-    data, rows, final_ids = _collect(store, run_ids, train_harness, gain_pairs, compare)
-    index, turns = _browser_data(store, data, rows, final_ids, max(0, max_episodes_in_browser))
-    page = _page(data, index, turns)
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
-    return out
-
+    view = report_view(store, run_ids, train_harness=train_harness, gain_pairs=gain_pairs,
+                       compare=compare)
+    return render_html(view, store, out_path, max_episodes_in_browser=max_episodes_in_browser)

@@ -1,24 +1,51 @@
-"""Rich tables for the terminal: the harness × policy summary and the per-task matrix."""
+"""Rich tables for the terminal, read from the report's view-model.
+
+:func:`report_tables` is what ``tackroom report`` prints: the harness × policy
+summary, ceiling and mismatch, conflation and one table per sealed run, all
+read from one :class:`~tackroom.report.view.ReportView` (the numbers the HTML
+page shows). :func:`summary_table` and :func:`task_matrix` also take plain
+episode rows, for ``tackroom eval`` to print right after a run.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from rich.console import RenderableType
 from rich.markup import escape
 from rich.table import Table
 
 from tackroom.analysis.summary import by_harness_policy, by_task
 from tackroom.report.plots import pp
+from tackroom.report.view import ReportView, rows_view, summary_entry
+
+__all__ = ["report_tables", "summary_table", "task_matrix", "ceiling_mismatch_table",
+           "conflation_table", "sealed_table"]
+
+Rows = Iterable[dict[str, Any]]
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.0f}%"
 
 
-def summary_table(rows: Iterable[dict[str, Any]], title: str = "Success by harness × policy",
+def report_tables(view: ReportView) -> list[RenderableType]:
+    """What ``tackroom report`` prints, in order: summary, ceiling and mismatch, conflation,
+    then one table per sealed run (every cell of its manifest)."""
+    return [summary_table(view), ceiling_mismatch_table(view), conflation_table(view),
+            *(sealed_table(sec) for sec in view["sealed"])]
+
+
+def summary_table(rows: ReportView | Rows, title: str = "Success by harness × policy",
                   inexpressible: dict[str, int] | None = None) -> Table:
-    """Success rate with Wilson 95% interval, mean turns and tokens; infra errors apart."""
+    """Success rate with Wilson 95% interval, mean turns and tokens; infra errors apart.
+
+    ``rows``: a :class:`ReportView` (its ``summary``, in the page's order) or
+    episode rows (final attempts counted here, in first-seen order).
+    """
+    cells = rows["summary"] if isinstance(rows, ReportView) else \
+        [summary_entry(s) for s in by_harness_policy(rows)]
     table = Table(title=title, title_justify="left")
     for col, just in [("harness", "left"), ("policy", "left"), ("success", "right"),
                       ("95% CI", "right"), ("n", "right"), ("turns", "right"),
@@ -26,14 +53,13 @@ def summary_table(rows: Iterable[dict[str, Any]], title: str = "Success by harne
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     if inexpressible:
         table.add_column("cannot express", justify="right")
-    for s in by_harness_policy(rows):
-        lo, hi = s.interval
-        cells = [s.harness, s.policy, _pct(s.rate), f"{_pct(lo)}–{_pct(hi)}", str(s.n),
-                 f"{s.mean_turns:.1f}", f"{s.mean_tokens:.0f}", str(s.parse_errors),
-                 str(s.infra_errors) if s.infra_errors else "·"]
+    for s in cells:
+        line = [s["harness"], s["policy"], _pct(s["rate"]), f"{_pct(s['lo'])}–{_pct(s['hi'])}",
+                str(s["n"]), f"{s['mean_turns']:.1f}", f"{s['mean_tokens']:.0f}",
+                str(s["parse_errors"]), str(s["infra_errors"]) if s["infra_errors"] else "·"]
         if inexpressible:
-            cells.append(str(inexpressible.get(s.harness, 0)) + " tasks")
-        table.add_row(*cells)
+            line.append(str(inexpressible.get(s["harness"], 0)) + " tasks")
+        table.add_row(*line)
     return table
 
 
@@ -63,33 +89,36 @@ def task_matrix(rows: Iterable[dict[str, Any]], harnesses: list[str], policy: st
     return table
 
 
-def ceiling_mismatch_table(rows: Iterable[dict[str, Any]],
+def ceiling_mismatch_table(view: ReportView | Rows,
                            train_harness: dict[str, str] | None = None) -> Table:
-    """Per harness: its best ceiling estimate (and which estimator), then J and M = C − J per policy."""
-    from tackroom.analysis.ceiling import best_ceiling, ceilings
-    from tackroom.analysis.mismatch import mismatch_return
+    """Per harness: its best ceiling estimate (and which estimator), then J and M = C − J per policy.
 
-    rows = list(rows)
-    est = ceilings(rows, train_harness=train_harness)
-    best = {h: best_ceiling(v) for h, v in est.items() if v}
-    mism = mismatch_return(rows, est)
+    ``view``: a :class:`ReportView`. Episode rows (with ``train_harness``) are
+    still read, through :func:`~tackroom.report.view.rows_view`: a
+    compatibility path that computes a whole view for this one table.
+    """
+    if not isinstance(view, ReportView):
+        view = rows_view(view, train_harness=train_harness)
     table = Table(title="Ceiling and mismatch: J_h(π) = C(h) − M(π, h)", title_justify="left")
     for col, just in [("harness", "left"), ("ceiling C(h)", "right"), ("estimator", "left"),
                       ("policy", "left"), ("success J", "right"), ("mismatch M", "right"),
                       ("M 95% CI", "right")]:
         table.add_column(col, justify=just)  # type: ignore[arg-type]
-    for h, c in best.items():
-        ms = [m for m in mism if m.harness == h]
+    for h, c in view["best_ceiling"].items():
+        ms = [m for m in view["mismatch"] if m["harness"] == h]
         first = True
         for m in ms or [None]:
-            cells = [h, f"{_pct(c.value)} ({_pct(c.lo)}–{_pct(c.hi)})", c.estimator] if first \
-                else ["", "", ""]
+            cells = [h, f"{_pct(c['value'])} ({_pct(c['lo'])}–{_pct(c['hi'])})",
+                     c["estimator"]] if first else ["", "", ""]
             first = False
             if m is None:
                 table.add_row(*cells, "", "", "", "")
             else:
-                table.add_row(*cells, m.policy, _pct(m.success), pp(m.mismatch),
-                              f"{pp(m.lo, unit=False)}…{pp(m.hi, unit=False)}")
+                table.add_row(*cells, m["policy"], _pct(m["success"]), pp(m["mismatch"]),
+                              f"{pp(m['lo'], unit=False)}…{pp(m['hi'], unit=False)}")
+    if not table.rows:
+        table.caption = view["notes"].get("ceiling") or view["notes"].get("mismatch")
+        table.caption_justify = "left"
     return table
 
 
@@ -128,38 +157,39 @@ def sealed_table(section: dict[str, Any]) -> Table:
     return table
 
 
-def conflation_table(rows: Iterable[dict[str, Any]],
+def conflation_table(view: ReportView | Rows,
                      train_harness: dict[str, str] | None = None,
                      pairs: list[tuple[tuple[str, str], tuple[str, str]]] | None = None
                      ) -> Table:
     """What each cross-harness gap is made of: ``J_a − J_b = ΔC − ΔM``, one row per pair.
 
-    ``pairs`` defaults to :func:`tackroom.analysis.transfer.conflation_pairs`
-    (each policy under its own harness against the others). A pair that cannot
-    be split (no ceiling for a harness) is listed with the reason.
+    The pairs are the view's (``compare``, by default
+    :func:`tackroom.analysis.transfer.conflation_pairs`: each policy under its
+    own harness against the others). A pair that cannot be split (no ceiling
+    for a harness) is listed with the reason. Episode rows (with
+    ``train_harness`` and ``pairs``) are still read, through
+    :func:`~tackroom.report.view.rows_view` (a compatibility path).
     """
-    from tackroom.analysis.ceiling import ceilings
-    from tackroom.analysis.transfer import conflation, conflation_pairs
-
-    rows = list(rows)
-    est = ceilings(rows, train_harness=train_harness)
+    if not isinstance(view, ReportView):
+        view = rows_view(view, train_harness=train_harness, compare=pairs)
     table = Table(title="Conflation: a cross-harness gap = ceiling part − mismatch part",
                   title_justify="left")
     for col, just in [("a (policy · harness)", "left"), ("J_a", "right"),
                       ("b (policy · harness)", "left"), ("J_b", "right"), ("gap", "right"),
                       ("ceiling part ΔC", "right"), ("mismatch part −ΔM", "right")]:
         table.add_column(col, justify=just)  # type: ignore[arg-type]
-    for a, b in pairs if pairs is not None else conflation_pairs(rows, train_harness):
-        left, right = f"{a[0]} · {a[1]}", f"{b[0]} · {b[1]}"
-        try:
-            c = conflation(rows, a, b, est)
-        except ValueError as e:
-            table.add_row(left, "", right, "", f"[dim]{escape(str(e))}[/dim]", "", "")
+    done = list((view["conflation"] or {}).get("pairs") or [])
+    skipped = {s["at"]: s for s in view["conflation_skipped"]}
+    for i in range(len(done) + len(skipped)):
+        p = skipped.get(i) or done.pop(0)
+        left, right = f"{p['a'][0]} · {p['a'][1]}", f"{p['b'][0]} · {p['b'][1]}"
+        if i in skipped:
+            table.add_row(left, "", right, "", f"[dim]{escape(p['reason'])}[/dim]", "", "")
             continue
-        table.add_row(left, _pct(c.success_a), right, _pct(c.success_b),
-                      f"[bold]{pp(c.gap)}[/bold]", pp(c.ceiling_part), pp(-c.mismatch_part))
+        table.add_row(left, _pct(p["success_a"]), right, _pct(p["success_b"]),
+                      f"[bold]{pp(p['gap'])}[/bold]", pp(p["ceiling_part"]),
+                      pp(-p["mismatch_part"] if p["mismatch_part"] is not None else None))
     if not table.rows:
-        table.caption = ("nothing to compare: it needs a policy under two harnesses, or two "
-                         "policies under different harnesses")
+        table.caption = view["notes"].get("conflation")
         table.caption_justify = "left"
     return table
