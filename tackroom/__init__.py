@@ -1,3 +1,47 @@
-"""tackroom: evaluate, diagnose and train language-model agents across harnesses."""
+"""tackroom: evaluate, diagnose and train language-model agents across harnesses.
 
-__version__ = "0.1.0"
+The Python API (see docs/api.md)::
+
+    import tackroom
+    run = tackroom.evaluate(suite="toy", harnesses=["som-tools"], policies=["expert"],
+                            seeds=range(3))
+    print(run.id, run.success_rate)
+
+Names are loaded on first use, so ``import tackroom`` stays cheap (no DuckDB,
+torch or Ray until a function needs them).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from tackroom.core.version import __version__
+
+if TYPE_CHECKING:  # for type checkers and editors; at run time see __getattr__
+    from tackroom.app import (
+        Report,
+        Run,
+        RunPlan,
+        evaluate,
+        evaluate_sealed,
+        plan,
+        report,
+        resume,
+        seal,
+        sft,
+        train,
+    )
+
+_API = ("Report", "Run", "RunPlan", "evaluate", "evaluate_sealed", "plan", "report", "resume",
+        "seal", "sft", "train")
+
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        value = getattr(importlib.import_module("tackroom.app"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tackroom' has no attribute {name!r}")

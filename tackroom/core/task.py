@@ -76,14 +76,33 @@ class Environment(Protocol):
 
 
 class Suite(Protocol):
-    """A named collection of tasks with a pool of environments to run them."""
+    """A named collection of tasks with a pool of environments to run them.
+
+    What a run asks of a suite, declared here rather than probed for:
+    ``default_harnesses`` (used when a run names none), ``default_concurrency``
+    (episodes at a time when a run does not say), ``preflight()`` (refuse to
+    start, in one line, when something the suite needs is missing, e.g. the
+    sandbox), and ``task(id)`` (one task, or :class:`~tackroom.core.errors.TaskNotFound`).
+    Suite options (e.g. ``unsafe_local``) are keyword arguments of the suite's
+    ``make_suite``; a run records them, and ``resume`` builds the suite with them.
+    """
 
     name: str
+    default_harnesses: tuple[str, ...]
+    default_concurrency: int
 
     def tasks(self) -> list[Task]: ...
 
+    def task(self, task_id: str) -> Task:
+        """The task called ``task_id``; ``TaskNotFound`` if there is none."""
+        ...
+
     def expert(self, task: Task) -> Expert | None:
         """The scripted solver for ``task``, if the suite has one."""
+        ...
+
+    def preflight(self) -> None:
+        """Raise a :class:`~tackroom.core.errors.TackroomError` if a run cannot start."""
         ...
 
     def pool(self, size: int | None = None) -> EnvironmentPool:

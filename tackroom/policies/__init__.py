@@ -1,14 +1,104 @@
-"""Policy backends by spec string: ``expert``, ``openai:MODEL``, ``replay:RUN_ID``."""
+"""Policy backends by spec string: one table that both checks and builds them.
+
+``expert``, ``bundled``, ``hf:MODEL_DIR[:ADAPTER_DIR]``, ``openai:MODEL[@BASE_URL]``
+and ``replay:RUN_ID[:POLICY]``. Each :class:`Backend` says which spec form it
+reads, which loose options (``base_url``, ``timeout``, ``threads`` …) it takes,
+and how to build it; :func:`check_policy_spec` (form only, nothing loaded, e.g.
+for a manifest sealed before the policy runs) and :func:`make_policy` read the
+same table, so they cannot disagree.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tackroom.core.errors import PolicyError
 from tackroom.core.policy import Policy
 
-POLICY_KINDS = ("expert", "bundled", "openai:MODEL[@BASE_URL]", "hf:MODEL_DIR[:ADAPTER_DIR]",
-                "replay:RUN_ID[:POLICY]")
+
+@dataclass(frozen=True)
+class Backend:
+    """One kind of policy.
+
+    Attributes:
+        kind: the spec's prefix (``openai`` in ``openai:M``), or the whole spec
+            for kinds without an argument (``expert``, ``bundled``).
+        form: the spec as users write it, for messages and ``--help``.
+        takes_argument: whether the spec needs ``KIND:ARGUMENT``.
+        options: the loose options it accepts; others are dropped, so one set of
+            run options (``timeout``, ``base_url``) can go to every policy.
+        build: ``(spec, argument, options, db) -> Policy``.
+    """
+
+    kind: str
+    form: str
+    takes_argument: bool
+    options: frozenset[str]
+    build: Callable[[str, str, dict[str, Any], str | None], Policy]
+
+
+def _expert(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
+    from tackroom.policies.expert import ExpertPolicy
+
+    return ExpertPolicy()
+
+
+def _bundled(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
+    from tackroom.policies.bundled import make_bundled_policy
+
+    return make_bundled_policy(**opts)
+
+
+def _hf(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
+    if arg == "bundled":  # hf:bundled is the bundled policy
+        return _bundled(spec, arg, opts, db)
+    from tackroom.policies.hf_policy import make_hf_policy
+
+    return make_hf_policy(spec, **opts)
+
+
+def _openai(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
+    from tackroom.policies.openai_policy import make_openai_policy
+
+    return make_openai_policy(spec, **opts)
+
+
+def _replay(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
+    from tackroom.policies.replay import ReplayPolicy
+    from tackroom.records import default_db
+
+    run_id, _, source = arg.partition(":")
+    return ReplayPolicy(run_id, db or default_db(), source or None)
+
+
+_HF_OPTIONS = frozenset({"device", "dtype", "max_batch", "batch_wait_ms", "threads", "adapter"})
+
+#: Every policy backend, by kind.
+BACKENDS: dict[str, Backend] = {b.kind: b for b in (
+    Backend("expert", "expert", False, frozenset(), _expert),
+    Backend("bundled", "bundled", False, _HF_OPTIONS, _bundled),
+    Backend("hf", "hf:MODEL_DIR[:ADAPTER_DIR]", True, _HF_OPTIONS, _hf),
+    Backend("openai", "openai:MODEL[@BASE_URL]", True,
+            frozenset({"base_url", "api_key", "timeout", "max_retries", "max_concurrency",
+                       "backoff_base", "backoff_max", "return_token_ids", "extra_body"}),
+            _openai),
+    Backend("replay", "replay:RUN_ID[:POLICY]", True, frozenset(), _replay),
+)}
+
+#: The spec forms, for messages and ``--help``.
+POLICY_KINDS = tuple(b.form for b in BACKENDS.values())
+
+
+def backend_of(spec: str) -> tuple[Backend, str]:
+    """The backend a spec names and the spec's argument; :class:`PolicyError` if none."""
+    kind, sep, arg = spec.partition(":")
+    backend = BACKENDS.get(kind)
+    if backend is not None and backend.takes_argument == bool(arg):
+        return backend, arg
+    raise PolicyError(f"unknown policy {spec!r}", "--policy",
+                      f"use one of: {', '.join(POLICY_KINDS)}")
 
 
 def check_policy_spec(spec: str) -> None:
@@ -17,11 +107,7 @@ def check_policy_spec(spec: str) -> None:
     Checks the form only (nothing is loaded): for manifests written before
     the policy is run, e.g. ``tackroom seal``.
     """
-    kind, _, rest = spec.partition(":")
-    if spec in ("expert", "bundled") or (kind in ("openai", "hf", "replay") and rest):
-        return
-    raise PolicyError(f"unknown policy {spec!r}", "--policy",
-                      f"use one of: {', '.join(POLICY_KINDS)}")
+    backend_of(spec)
 
 
 def make_policy(spec: str, *, db: str | None = None, **opts: Any) -> Policy:
@@ -29,35 +115,17 @@ def make_policy(spec: str, *, db: str | None = None, **opts: Any) -> Policy:
 
     Args:
         spec: ``expert``; ``bundled`` (the small model shipped with tackroom);
-            ``hf:MODEL_DIR`` (a local transformers checkpoint);
-            ``openai:MODEL`` (base URL from ``--base-url`` or
+            ``hf:MODEL_DIR[:ADAPTER_DIR]`` (a local transformers checkpoint);
+            ``openai:MODEL[@BASE_URL]`` (base URL also from ``base_url`` or
             ``OPENAI_BASE_URL``, key from ``OPENAI_API_KEY``); ``replay:RUN_ID``.
-        db: the record store, for ``replay``.
-        opts: backend options (``base_url``, ``timeout``, ``max_retries``, ``concurrency``).
+        db: the record store, for ``replay`` (default: :func:`tackroom.records.default_db`).
+        opts: backend options; each backend takes those it knows (see :data:`BACKENDS`)
+            and ignores the rest, so one set of run options fits every policy.
+
+    ::
+
+        policy = make_policy("openai:Qwen/Qwen3-8B", base_url="http://127.0.0.1:8000/v1")
     """
-    kind, _, rest = spec.partition(":")
-    if kind == "expert" and not rest:
-        from tackroom.policies.expert import ExpertPolicy
-
-        return ExpertPolicy()
-    if kind == "openai" and rest:
-        from tackroom.policies.openai_policy import make_openai_policy
-
-        return make_openai_policy(spec, **opts)
-    if spec in ("bundled", "hf:bundled"):
-        from tackroom.policies.bundled import make_bundled_policy
-
-        return make_bundled_policy(**{k: v for k, v in opts.items() if k not in
-                                      ("base_url", "timeout")})
-    if kind == "hf" and rest:
-        from tackroom.policies.hf_policy import make_hf_policy
-
-        return make_hf_policy(spec, **{k: v for k, v in opts.items() if k not in
-                                       ("base_url", "timeout")})
-    if kind == "replay" and rest:
-        from tackroom.policies.replay import ReplayPolicy
-
-        run_id, _, source = rest.partition(":")
-        return ReplayPolicy(run_id, db or "./tackroom-runs/tackroom.duckdb", source or None)
-    check_policy_spec(spec)
-    raise AssertionError(f"check_policy_spec accepted {spec!r} that make_policy cannot build")
+    backend, arg = backend_of(spec)
+    mine = {k: v for k, v in opts.items() if k in backend.options and v is not None}
+    return backend.build(spec, arg, mine, db)

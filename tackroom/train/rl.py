@@ -36,10 +36,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import fnmatch
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ from tackroom.core.task import Suite, Task
 from tackroom.harness.spec import HarnessSpec
 from tackroom.policies.hf_policy import ADAPTER_VERSION_FILE
 from tackroom.records.store import RecordStore
+from tackroom.suites import select_tasks
 from tackroom.train.config import RLConfig
 from tackroom.train.engine import TrainEngine, latest_checkpoint
 from tackroom.train.learner import Learner
@@ -108,28 +108,6 @@ def resolve_device(device: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def select_tasks(suite: Suite, patterns: Sequence[str], where: str) -> list[Task]:
-    """Tasks of ``suite`` matching ids or globs (``[]``, ``@all``: every task; ``@expert``)."""
-    tasks = suite.tasks()
-    if not patterns:
-        return tasks
-    chosen: dict[str, Task] = {}
-    for pat in patterns:
-        if pat == "@all":
-            matched = tasks
-        elif pat == "@expert":
-            matched = [t for t in tasks if t.has_expert]
-        else:
-            name = pat.split("/", 1)[1] if pat.startswith(suite.name + "/") else pat
-            matched = [t for t in tasks if fnmatch.fnmatchcase(t.id, name)]
-        if not matched:
-            raise ConfigError(f"no task matches {pat!r} in suite {suite.name!r}", where,
-                              f"see `tackroom tasks --suite {suite.name}`")
-        for t in matched:
-            chosen.setdefault(t.id, t)
-    return list(chosen.values())
 
 
 def run_rl(cfg: RLConfig, store: RecordStore, run_id: str, *, resume: bool = False,
@@ -503,8 +481,13 @@ class _Trainer:
         return bool(every) and self.engine.step % every == 0 and bool(self.eval_specs)
 
     def _evaluate(self) -> dict[str, float]:
-        """Greedy episodes on held-out seeds with the current weights, recorded apart."""
-        from tackroom.train.rollouts import eval_cells, play
+        """Greedy episodes on held-out seeds with the current weights, recorded apart.
+
+        One evaluation run (``<run_id>-eval``) holds every evaluation of the
+        training run; each is told apart by its policy id ``train:<version>``.
+        """
+        from tackroom.app.evaluation import evaluate
+        from tackroom.train.rollouts import EVAL_SEED_BASE
 
         if not self.eval_specs or self.suite is None:
             return {}
@@ -512,29 +495,22 @@ class _Trainer:
         version = weight_version(self.run_id, self.engine.step)
         self.policy.id = f"train:{version}"
         self.policy.set_version(version)
-        cells = eval_cells(self.eval_tasks, self.eval_specs, self.policy, c.eval_seeds,
-                           c.max_tokens)
-        eval_run = f"{self.run_id}-eval"
-        self.store.start_run(eval_run, "eval", {
-            "suite": c.suite, "tasks": [t.id for t in self.eval_tasks],
-            "harnesses": [h.name for h in self.eval_specs],
-            "harness_hashes": {h.name: h.hash for h in self.eval_specs},
-            "policies": [self.policy.id], "seeds": [cells[0].seed + k for k in
-                                                    range(c.eval_seeds)] if cells else [],
-            "sampling": Sampling(max_tokens=c.max_tokens, logprobs=True).to_dict(),
-            "train_run": self.run_id}, n_planned=len(cells))
         with self._eval_mode():
-            eps = asyncio.run(play(cells, self.suite, eval_run, store=self.store,
-                                   concurrency=c.concurrency))
-        self.store.finish_run(eval_run)
-        eps = scored(eps)
+            run = evaluate(self.suite, tasks=self.eval_tasks, harnesses=self.eval_specs,
+                           policies=[self.policy],
+                           seeds=range(EVAL_SEED_BASE, EVAL_SEED_BASE + c.eval_seeds),
+                           sampling=Sampling(max_tokens=c.max_tokens, logprobs=True),
+                           concurrency=c.concurrency, store=self.store,
+                           run_id=f"{self.run_id}-eval", train_run=self.run_id)
+        rows = [r for r in run.final_episodes() if r["policy"] == self.policy.id
+                and r["outcome"] != Outcome.INFRA_ERROR]
         out: dict[str, float] = {"eval/step": float(self.engine.step)}
-        if eps:
-            out["eval/success"] = sum(e.outcome is Outcome.SUCCESS for e in eps) / len(eps)
-            for h in sorted({e.harness for e in eps}):
-                mine = [e for e in eps if e.harness == h]
-                out[f"eval/success/{h}"] = sum(e.outcome is Outcome.SUCCESS
-                                               for e in mine) / len(mine)
+        if rows:
+            out["eval/success"] = sum(r["outcome"] == Outcome.SUCCESS for r in rows) / len(rows)
+            for h in sorted({r["harness"] for r in rows}):
+                mine = [r for r in rows if r["harness"] == h]
+                out[f"eval/success/{h}"] = sum(r["outcome"] == Outcome.SUCCESS
+                                               for r in mine) / len(mine)
         return out
 
     # ------------------------------------------------------------- checkpoints

@@ -73,15 +73,6 @@ def draw_cells(tasks: Sequence[Task], harnesses: Sequence[HarnessSpec], policy: 
     return cells
 
 
-def eval_cells(tasks: Sequence[Task], harnesses: Sequence[HarnessSpec], policy: Policy,
-               seeds: int, max_tokens: int) -> list[EpisodeSpec]:
-    """Greedy episodes on held-out seeds ``EVAL_SEED_BASE + 0..seeds-1`` for every cell."""
-    sampling = Sampling(temperature=0.0, max_tokens=max_tokens, logprobs=True)
-    return [EpisodeSpec(t, h, policy, EVAL_SEED_BASE + k, sampling)
-            for t in tasks for h in harnesses if h.interface.can_express(t.requires)
-            for k in range(seeds)]
-
-
 async def play(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *, store: Any,
                concurrency: int, executor: Any = None,
                on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:

@@ -18,11 +18,9 @@ See docs/code.md for the task format and the coding harnesses.
 
 from __future__ import annotations
 
-import os
-
 from tackroom.core.errors import TaskNotFound
 from tackroom.core.task import Expert, SimplePool, Task
-from tackroom.sandbox import Limits
+from tackroom.sandbox import Limits, require_sandbox
 from tackroom.suites.code.env import DEFAULT_LIMITS, CodeEnv
 from tackroom.suites.code.evaluate import TestReport, failure_mode, run_hidden_tests
 from tackroom.suites.code.experts import FixExpert
@@ -34,23 +32,30 @@ class CodeSuite:
 
     ``unsafe_local`` runs task commands directly on this machine, without
     bubblewrap (no isolation): only for machines where the sandbox cannot run.
-    ``None`` follows the CLI's ``--unsafe-local`` (``TACKROOM_UNSAFE_LOCAL=1``).
+    It is a suite option (``tackroom eval --unsafe-local``) that a run records.
     """
 
     name = "code"
     #: What `tackroom eval --suite code` runs without --harness: the four families.
     default_harnesses = ("edit-blocks", "aci-viewer", "codeact", "json-tools")
+    #: Each episode runs hidden unit tests in its own sandbox: CPU-bound.
+    default_concurrency = 16
 
-    def __init__(self, limits: Limits = DEFAULT_LIMITS, unsafe_local: bool | None = None) -> None:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS, unsafe_local: bool = False) -> None:
         self.limits = limits
-        if unsafe_local is None:
-            unsafe_local = os.environ.get("TACKROOM_UNSAFE_LOCAL", "") not in ("", "0", "false",
-                                                                              "no")
-        self.unsafe_local = unsafe_local
+        self.unsafe_local = bool(unsafe_local)
         self._tasks = load_tasks()
 
     def tasks(self) -> list[Task]:
         return [t.task for t in self._tasks.values()]
+
+    def task(self, task_id: str) -> Task:
+        return self.code_task(task_id).task
+
+    def preflight(self) -> None:
+        """Before a run: refuse without bubblewrap, saying why, unless unsafe-local."""
+        if not self.unsafe_local:
+            require_sandbox()
 
     def code_task(self, task: Task | str) -> CodeTask:
         """The full task data (files, tests, fix) for a task or task id."""
@@ -75,8 +80,9 @@ class CodeSuite:
         return SimplePool(self.make_env, size or 1)
 
 
-def make_suite() -> CodeSuite:
-    return CodeSuite()
+def make_suite(*, unsafe_local: bool = False) -> CodeSuite:
+    """The code suite; ``unsafe_local`` runs task commands without the sandbox."""
+    return CodeSuite(unsafe_local=unsafe_local)
 
 
 __all__ = ["FAILURE_MODES", "CodeEnv", "CodeSuite", "CodeTask", "FixEdit", "FixExpert",

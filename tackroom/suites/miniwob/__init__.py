@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from tackroom.core.errors import TaskNotFound
 from tackroom.core.task import Expert, Task
 from tackroom.suites.miniwob.experts import EXPERTS
 from tackroom.suites.miniwob.pool import MiniWoBPool, default_pool_size
@@ -27,6 +28,10 @@ class MiniWoBSuite:
     """
 
     name = "miniwob"
+    #: Harnesses a run uses when it names none.
+    default_harnesses = ("som-tools", "html-commands", "outline-coords")
+    #: One Chromium per episode in flight: a few at a time on a small machine.
+    default_concurrency = 4
 
     def __init__(self, *, with_html: bool = True, wait_ms: float = 0.0) -> None:
         self.with_html = with_html
@@ -35,8 +40,18 @@ class MiniWoBSuite:
     def tasks(self) -> list[Task]:
         return list(TASKS.values())
 
+    def task(self, task_id: str) -> Task:
+        found = TASKS.get(task_id)
+        if found is None:
+            raise TaskNotFound(f"no miniwob task {task_id!r}", "miniwob",
+                               "list them with `tackroom tasks --suite miniwob`")
+        return found
+
     def expert(self, task: Task) -> Expert | None:
         return EXPERTS.get(task.id)
+
+    def preflight(self) -> None:
+        """Browsers start (and fail, one line each) when the pool first needs them."""
 
     def pool(self, size: int | None = None) -> MiniWoBPool:
         """A browser pool of ``size`` Chromes (default: sized to this machine)."""

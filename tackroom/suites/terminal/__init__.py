@@ -4,7 +4,8 @@ Built-in tasks live in ``tasks/<id>/`` next to this file; tasks brought in with
 ``tackroom tasks import DIR`` live in ``$TACKROOM_TASKS/terminal/`` (default
 ``./tackroom-tasks/terminal``). Every command runs in the bubblewrap sandbox of
 :mod:`tackroom.sandbox`; without bubblewrap the suite refuses to run unless
-``--unsafe-local`` is given (``TACKROOM_UNSAFE_LOCAL=1``).
+``unsafe_local=True`` is given (``tackroom eval --unsafe-local``, the suite option
+``unsafe_local``, which the run records so that ``--resume`` keeps it).
 
     suite = make_suite()
     env = suite.make_env(suite.task("csv-column-sum"))
@@ -14,7 +15,6 @@ Built-in tasks live in ``tasks/<id>/`` next to this file; tasks brought in with
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from tackroom.core.actions import Action, Shell, Submit
@@ -29,11 +29,6 @@ from tackroom.suites.terminal.taskdir import TaskDir, load_task
 BUILTIN = Path(__file__).parent / "tasks"
 #: What a terminal task needs of a harness's action interface.
 REQUIRES = frozenset({"shell", "submit"})
-
-
-def unsafe_local_requested() -> bool:
-    """Whether the user passed ``--unsafe-local`` (the CLI sets ``TACKROOM_UNSAFE_LOCAL=1``)."""
-    return os.environ.get("TACKROOM_UNSAFE_LOCAL", "") not in ("", "0", "false", "no")
 
 
 class SolutionExpert:
@@ -55,9 +50,11 @@ class TerminalSuite:
     name = "terminal"
     #: Harnesses ``tackroom eval --suite terminal`` uses when none are named.
     default_harnesses = ("terminal-bash", "terminal-keys")
+    #: Sandboxes are cheap to start.
+    default_concurrency = 16
 
-    def __init__(self, unsafe_local: bool | None = None, store: Path | None = None) -> None:
-        self.unsafe_local = unsafe_local_requested() if unsafe_local is None else unsafe_local
+    def __init__(self, unsafe_local: bool = False, store: Path | None = None) -> None:
+        self.unsafe_local = bool(unsafe_local)
         self.store = store or task_store()
         self._dirs: dict[str, TaskDir] | None = None
 
@@ -117,8 +114,9 @@ class TerminalSuite:
         return SimplePool(self.make_env, size or 4)
 
 
-def make_suite() -> TerminalSuite:
-    return TerminalSuite()
+def make_suite(*, unsafe_local: bool = False) -> TerminalSuite:
+    """The terminal suite; ``unsafe_local`` runs task commands without the sandbox."""
+    return TerminalSuite(unsafe_local=unsafe_local)
 
 
 __all__ = ["SolutionExpert", "TerminalEnv", "TerminalSuite", "make_suite"]

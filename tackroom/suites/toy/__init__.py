@@ -26,6 +26,10 @@ class ToySuite:
     """All toy tasks, their experts and a pool of in-process environments."""
 
     name = "toy"
+    #: Harnesses a run uses when it names none.
+    default_harnesses = ("som-tools", "html-commands", "outline-coords")
+    #: In-process environments: many episodes at a time cost nothing.
+    default_concurrency = 16
 
     def __init__(self, max_steps: int = 100) -> None:
         self.max_steps = max_steps
@@ -42,6 +46,9 @@ class ToySuite:
 
     def expert(self, task: Task) -> Expert | None:
         return EXPERTS.get(task.id) if task.suite == self.name else None
+
+    def preflight(self) -> None:
+        """Pure Python: nothing to check."""
 
     def make_env(self, task: Task) -> ToyEnv:
         """A fresh environment for ``task`` (call ``reset(seed)`` on it)."""

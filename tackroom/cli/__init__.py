@@ -1,0 +1,84 @@
+"""The ``tackroom`` command line: a thin layer over :mod:`tackroom.app`.
+
+Each command group lives in a small module that only parses arguments and
+prints; the work is done by the Python API (``tackroom.evaluate`` …):
+
+- :mod:`.evaluate` — ``eval`` (also ``--resume``, ``--sealed``, ``--dry-run``, ``--ray``), ``seal``
+- :mod:`.records` — ``runs``, ``show``, ``export``
+- :mod:`.report` — ``report``
+- :mod:`.harness` — ``harness list|show|diff|validate``, ``tasks`` and ``tasks import``
+- :mod:`.training` — ``model init``, ``sft``, ``train``, ``export-groups``
+- :mod:`.serve` — ``serve``
+
+User errors (:class:`~tackroom.core.errors.TackroomError`) print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.markup import escape
+
+from tackroom.cli import evaluate, harness, records, report, serve, training
+from tackroom.cli.common import err_console
+from tackroom.core.errors import TackroomError
+
+app = typer.Typer(
+    name="tackroom",
+    help="Evaluate, diagnose and train language-model agents across harnesses.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+    epilog=(
+        "Examples:\n\n"
+        "  tackroom eval --suite miniwob --harness som-tools,html-commands,outline-coords "
+        "--policy expert --seeds 0-9\n\n"
+        "  tackroom eval --suite toy --policy openai:Qwen/Qwen3-8B --base-url http://127.0.0.1:8000/v1\n\n"
+        "  tackroom runs\n\n  tackroom show RUN_ID EPISODE_ID\n\n  tackroom report latest\n\n"
+        "  tackroom harness list\n\n  tackroom train -c train.toml"
+    ),
+)
+app.command("eval")(evaluate.eval_cmd)
+app.command("seal")(evaluate.seal_cmd)
+app.command("runs")(records.runs_cmd)
+app.command("show")(records.show_cmd)
+app.command("export")(records.export_cmd)
+app.command("report")(report.report_cmd)
+
+tasks_app = typer.Typer(help="List a suite's tasks; import task directories.")
+tasks_app.callback(invoke_without_command=True)(harness.tasks_cmd)
+tasks_app.command("import")(harness.tasks_import)
+app.add_typer(tasks_app, name="tasks")
+
+harness_app = typer.Typer(help="Inspect and check harness files.", no_args_is_help=True)
+harness_app.command("list")(harness.harness_list)
+harness_app.command("show")(harness.harness_show)
+harness_app.command("diff")(harness.harness_diff)
+harness_app.command("validate")(harness.harness_validate)
+app.add_typer(harness_app, name="harness")
+
+model_app = typer.Typer(help="Build local models (no network, no model hub).",
+                        no_args_is_help=True)
+model_app.command("init")(training.model_init)
+app.add_typer(model_app, name="model")
+app.command("sft")(training.sft_cmd)
+app.command("train")(training.train_cmd)
+app.command("export-groups")(training.export_groups_cmd)
+app.command("serve")(serve.serve_cmd)
+
+
+def main() -> None:
+    """Entry point: user errors print one line and exit 2, never a traceback."""
+    try:
+        app()
+    except TackroomError as e:
+        err_console.print(f"[bold red]error:[/bold red] {escape(e.line())}", highlight=False,
+                          soft_wrap=True, markup=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/yellow]")
+        sys.exit(130)
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,5 @@
+"""``python -m tackroom.cli``."""
+
+from tackroom.cli import main
+
+main()

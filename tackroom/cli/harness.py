@@ -1,0 +1,135 @@
+"""``tackroom harness …`` and ``tackroom tasks …``: harness files and suites' tasks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from tackroom.cli.common import console, err_console
+from tackroom.core.errors import TackroomError
+
+
+def tasks_cmd(ctx: typer.Context,
+              suite: Annotated[str, typer.Option(help="Suite name.")] = "miniwob") -> None:
+    """List a suite's tasks, what they require, and which have an expert.
+
+    [bold]Example[/bold]:  tackroom tasks --suite toy
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from tackroom.suites import get_suite
+
+    s = get_suite(suite)
+    table = Table(title=f"Tasks in {suite}", title_justify="left")
+    for col in ("task", "requires", "expert", "description"):
+        table.add_column(col)
+    for t in s.tasks():
+        table.add_row(t.id, ",".join(sorted(t.requires)), "yes" if t.has_expert else "",
+                      t.description)
+    console.print(table)
+
+
+def tasks_import(directory: Annotated[Path, typer.Argument(
+        help="A Harbor or Terminal-Bench task directory, or a folder of them.")]) -> None:
+    """Import terminal tasks into $TACKROOM_TASKS (default ./tackroom-tasks).
+
+    Tasks that need Docker or the network are skipped, each with its reason.
+
+    [bold]Example[/bold]:  tackroom tasks import ~/terminal-bench/tasks
+    """
+    from tackroom.suites.terminal import BUILTIN
+    from tackroom.suites.terminal.importer import import_tasks, task_store
+
+    builtin = frozenset(p.name for p in BUILTIN.iterdir() if p.is_dir())
+    results = import_tasks(directory, builtin=builtin)
+    for r in results:
+        if r.imported:
+            console.print(f"[green]imported[/green] {r.id}")
+        else:
+            console.print(f"[yellow]skipped[/yellow]  {r.id}: {escape(r.reason)}")
+    n = sum(r.imported for r in results)
+    console.print(f"{n} of {len(results)} task(s) imported into {task_store()}; run them with "
+                  "tackroom eval --suite terminal --tasks ID")
+
+
+def harness_list() -> None:
+    """List the harnesses on the search path ($TACKROOM_HARNESS_PATH, ./harnesses, built-in)."""
+    from tackroom.harness.spec import list_harnesses, load_harness
+
+    table = Table(title="Harnesses", title_justify="left")
+    for col in ("name", "hash", "renderer", "interface", "parser", "per turn", "on error",
+                "file"):
+        table.add_column(col)
+    for name, path in list_harnesses().items():
+        try:
+            h = load_harness(str(path))
+        except TackroomError as e:
+            table.add_row(name, "[red]invalid[/red]", escape(e.what), "", "", "", "", str(path))
+            continue
+        table.add_row(h.name, h.hash, h.observation["renderer"], h.actions["interface"],
+                      h.actions["parser"], str(h.loop["actions_per_turn"]),
+                      h.loop["on_action_error"], str(path))
+    console.print(table)
+
+
+def harness_show(name: Annotated[str, typer.Argument(help="Harness name or path.")]) -> None:
+    """Print a harness fully resolved (after extends), with its hash and system prompt."""
+    from tackroom.harness.session import HarnessSession
+    from tackroom.harness.spec import load_harness
+
+    h = load_harness(name)
+    console.print(f"[bold]{h.name}[/bold]@{h.hash}  ({h.source})")
+    if len(h.extends) > 1:
+        console.print("extends: " + " -> ".join(Path(p).stem for p in h.extends))
+    console.print_json(json.dumps(h.content()))
+    console.rule("system prompt the model sees")
+    console.print(HarnessSession(h, "").messages()[0]["content"], markup=False)
+
+
+def harness_diff(a: Annotated[str, typer.Argument(help="First harness.")],
+                 b: Annotated[str, typer.Argument(help="Second harness.")]) -> None:
+    """Show which slots differ between two harnesses (after extends)."""
+    from tackroom.harness.spec import load_harness
+
+    ha, hb = load_harness(a), load_harness(b)
+    table = Table(title=f"{ha.ident} vs {hb.ident}", title_justify="left")
+    for col in ("slot", ha.name, hb.name):
+        table.add_column(col, overflow="fold")
+    ca, cb = ha.content(), hb.content()
+    n = 0
+    for slot in ca:
+        va, vb = ca[slot], cb[slot]
+        if isinstance(va, dict):
+            for k in sorted(set(va) | set(vb)):
+                if va.get(k) != vb.get(k):
+                    table.add_row(f"{slot}.{k}", repr(va.get(k)), repr(vb.get(k)))
+                    n += 1
+        elif va != vb:
+            table.add_row(slot, repr(va), repr(vb))
+            n += 1
+    console.print(table if n else "identical content (same hash)")
+
+
+def harness_validate(paths: Annotated[list[str], typer.Argument(
+        help="Harness files or names.")]) -> None:
+    """Check harness files; exit 1 if any is invalid.
+
+    [bold]Example[/bold]:  tackroom harness validate harnesses/*.toml
+    """
+    from tackroom.harness.spec import load_harness
+
+    bad = 0
+    for p in paths:
+        try:
+            h = load_harness(p)
+            console.print(f"[green]ok[/green] {p}: {h.ident}")
+        except TackroomError as e:
+            bad += 1
+            err_console.print(f"[red]invalid[/red] {escape(e.line())}", soft_wrap=True)
+    if bad:
+        raise typer.Exit(1)

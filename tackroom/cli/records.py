@@ -1,0 +1,137 @@
+"""``tackroom runs``, ``show`` and ``export``: reading the record store."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from tackroom.app.runs import open_store, resolve_run
+from tackroom.cli.common import DEFAULT_DB, DbOpt, console
+from tackroom.core.errors import ConfigError
+
+
+def runs_cmd(db: DbOpt = DEFAULT_DB,
+             limit: Annotated[int, typer.Option(help="How many runs to list.")] = 20) -> None:
+    """List recorded runs, newest first.
+
+    [bold]Example[/bold]:  tackroom runs --db ./tackroom-runs/tackroom.duckdb
+    """
+    with open_store(db) as store:
+        runs = store.runs()[:limit]
+    table = Table(title=f"Runs in {db}", title_justify="left")
+    for col in ("run", "created", "command", "status", "episodes", "success", "infra err"):
+        table.add_column(col)
+    for r in runs:
+        created = r.get("created_at")
+        if isinstance(created, (int, float)):
+            created = _dt.datetime.fromtimestamp(created).strftime("%Y-%m-%d %H:%M")
+        n = r.get("n_episodes", 0)
+        rate = r.get("success_rate")
+        table.add_row(r["run_id"], str(created)[:16], str(r.get("command", "")),
+                      str(r.get("status", "")), f"{n}/{r.get('n_planned', '?')}",
+                      f"{100 * rate:.0f}%" if rate is not None else "",
+                      str(r.get("infra_errors", 0) or ""))
+    console.print(table)
+
+
+def show_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")],
+             episode: Annotated[str | None, typer.Argument(
+                 help="Episode id or prefix: replay it turn by turn.")] = None,
+             db: DbOpt = DEFAULT_DB,
+             full: Annotated[bool, typer.Option(help="Show every message, not the last.")] = False,
+             ) -> None:
+    """Summarise a run, or replay one of its episodes turn by turn.
+
+    [bold]Examples[/bold]
+
+      tackroom show latest
+
+      tackroom show 20261129-101500-ab12 3f9c2a
+    """
+    from tackroom.report.terminal import summary_table
+
+    with open_store(db) as store:
+        run_id = resolve_run(store, run)
+        if episode is None:
+            rows = store.episodes(run_id=run_id)
+            console.print(summary_table(rows, title=f"Run {run_id}"))
+            table = Table(title="Episodes (first 40)", title_justify="left")
+            for col in ("episode", "task", "harness", "policy", "seed", "outcome", "turns"):
+                table.add_column(col)
+            for r in rows[:40]:
+                table.add_row(r["episode_id"][:10], r["task"], r["harness"], r["policy"],
+                              str(r["seed"]), r["outcome"], str(r["n_turns"]))
+            console.print(table)
+            return
+        ep = store.load_episode(episode, run_id=run_id)
+    _replay(ep, full)
+
+
+def _replay(ep, full: bool) -> None:
+    from rich.panel import Panel
+
+    console.print(Panel(
+        f"[bold]{escape(ep.task)}[/bold] under [bold]{escape(ep.harness)}[/bold]@{ep.harness_hash} "
+        f"by {escape(ep.policy)}, seed {ep.seed}, attempt {ep.attempt}\n"
+        f"instruction: {escape(ep.instruction)}\noutcome: [bold]{ep.outcome.value}[/bold] "
+        f"reward {ep.reward:.2f}" + (f"\nerror: {escape(ep.error)}" if ep.error else "")
+        + (f"\nfailure mode: {ep.failure_mode}" if ep.failure_mode else ""),
+        title=f"episode {ep.episode_id}"))
+    for t in ep.turns:
+        msgs = t.messages if full else t.messages[-1:]
+        body = []
+        for m in msgs:
+            content = m.get("content") or ""
+            if m.get("tool_calls"):
+                content += "\n" + json.dumps(m["tool_calls"])
+            body.append(f"[cyan]{m['role']}[/cyan]: {escape(content)}")
+        out = t.raw_text or ""
+        if t.tool_calls:
+            out += "\n" + "\n".join(f"{c['function']['name']}({c['function']['arguments']})"
+                                    for c in t.tool_calls)
+        body.append(f"[green]model[/green]: {escape(out.strip())}")
+        if t.parse_error:
+            body.append(f"[red]parse error[/red]: {escape(t.parse_error)}")
+        if t.actions:
+            body.append("[yellow]actions[/yellow]: " + escape(", ".join(
+                json.dumps(a) for a in t.actions)))
+        if t.action_error:
+            body.append(f"[red]action error[/red]: {escape(t.action_error)}")
+        if t.feedback:
+            body.append(f"[magenta]feedback[/magenta]: {escape(t.feedback)}")
+        console.print(Panel("\n".join(body), title=f"turn {t.index}",
+                            subtitle=f"policy {t.t_policy * 1000:.0f} ms · env "
+                            f"{t.t_env * 1000:.0f} ms · tokens "
+                            f"{t.prompt_tokens}+{t.completion_tokens}"))
+
+
+def export_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")],
+               fmt: Annotated[str, typer.Option("--format", "-f",
+                                                help="jsonl | parquet | atif")] = "jsonl",
+               out: Annotated[str | None, typer.Option("--out", "-o", help="Output path.")] = None,
+               db: DbOpt = DEFAULT_DB) -> None:
+    """Export a run's episodes: JSONL, Parquet (for `datasets`), or ATIF trajectory.json files.
+
+    [bold]Examples[/bold]
+
+      tackroom export latest --format parquet --out episodes.parquet
+
+      tackroom export latest --format atif --out trajectories/
+    """
+    from tackroom.records import export_atif, export_jsonl, export_parquet
+
+    writers = {"jsonl": export_jsonl, "parquet": export_parquet, "atif": export_atif}
+    if fmt not in writers:
+        raise ConfigError(f"unknown export format {fmt!r}", "--format",
+                          "choose jsonl, parquet or atif")
+    with open_store(db) as store:
+        run_id = resolve_run(store, run)
+        target = out or {"jsonl": f"{run_id}.jsonl", "parquet": f"{run_id}.parquet",
+                         "atif": f"{run_id}-atif"}[fmt]
+        n = writers[fmt](store, run_id, target)
+    console.print(f"wrote {n} episodes to {target}")

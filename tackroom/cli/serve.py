@@ -1,0 +1,42 @@
+"""``tackroom serve``: a local model behind an OpenAI-compatible API."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from tackroom.core.errors import ConfigError
+
+
+def serve_cmd(
+    model_dir: Annotated[str, typer.Argument(help="A local model directory (save_pretrained).")],
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    api_key: Annotated[str | None, typer.Option(
+        envvar="TACKROOM_SERVE_API_KEY", help="Require `Authorization: Bearer KEY`.")] = None,
+    adapter: Annotated[list[str] | None, typer.Option(
+        help="NAME=DIR: a LoRA adapter served as model NAME. Repeatable.")] = None,
+    max_batch: Annotated[int, typer.Option(help="Requests per generate call.")] = 8,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads.")] = None,
+) -> None:
+    """Serve a local model over an OpenAI-compatible API (chat completions, tools, streaming,
+    log-probs, token ids), so it is evaluated exactly like a vLLM server.
+
+    [bold]Example[/bold]
+
+      tackroom serve models/tiny --port 8000 &
+
+      tackroom eval --suite toy --policy openai:tiny --base-url http://127.0.0.1:8000/v1
+    """
+    from tackroom.serve import serve_main
+
+    adapters: dict[str, str] = {}
+    for item in adapter or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"cannot read {item!r}", "--adapter", "write NAME=DIR")
+        adapters[name] = path
+    extra: dict[str, Any] = {"threads": threads} if threads else {}
+    serve_main(model_dir, host=host, port=port, api_key=api_key, adapters=adapters or None,
+               max_batch=max_batch, **extra)
