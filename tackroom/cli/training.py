@@ -7,6 +7,10 @@ from typing import Annotated
 import typer
 
 from tackroom.cli.common import DEFAULT_DB, DbOpt, console, progress_bar, split
+from tackroom.core.episode import Outcome
+
+_OUTCOME_HELP = ("Episode outcomes to learn from (default success; also "
+                 + ", ".join(o.value for o in Outcome if o is not Outcome.SUCCESS) + ").")
 
 
 def model_init(
@@ -45,7 +49,7 @@ def sft_cmd(
         help="Only episodes under these harnesses (comma-separated or repeated).")] = None,
     tasks: Annotated[list[str] | None, typer.Option(help="Task ids or globs.")] = None,
     outcome: Annotated[list[str] | None, typer.Option(
-        help="Episode outcomes to learn from.")] = None,
+        help=_OUTCOME_HELP)] = None,
     run: Annotated[list[str] | None, typer.Option(help="Only these runs.")] = None,
     policy: Annotated[list[str] | None, typer.Option(
         help="Only episodes of these policies (e.g. expert).")] = None,
@@ -85,7 +89,6 @@ def sft_cmd(
     """
     from tackroom.app.runs import new_run_id
     from tackroom.app.training import sft
-    from tackroom.core.episode import Outcome
     from tackroom.train.engine import LoraSettings, OptimSettings
     from tackroom.train.sft import Selection, SFTConfig
 

@@ -233,7 +233,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, where: str, read_only: bool) -
                 where, "pass the path of a tackroom store, or a new file")
         if read_only:
             raise RecordStoreError("empty record store", where,
-                                   "run `tackroom run` first, or pass the right --store path")
+                                   "run `tackroom eval` first, or pass the right --db path")
         _create(con)
         return
     rows = con.execute("SELECT max(schema_version) FROM meta").fetchall()

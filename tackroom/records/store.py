@@ -157,13 +157,13 @@ class RecordStore:
         where = str(self.path)
         if self.read_only and not self.path.exists():
             raise RecordStoreError("no record store here", where,
-                                   "run `tackroom run` first, or pass the right --store path")
+                                   "run `tackroom eval` first, or pass the right --db path")
         if not self.read_only:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise RecordStoreError(f"cannot create the store's directory ({exc.strerror})",
-                                       where, "pass a writable --store path") from exc
+                                       where, "pass a writable --db path") from exc
         try:
             return duckdb.connect(where, read_only=self.read_only)
         except duckdb.Error as exc:
@@ -173,7 +173,7 @@ class RecordStore:
                     "another tackroom process is using this record store"
                     + _lock_holder(message),
                     where,
-                    "wait for it to finish (or stop it), or pass a different --store path",
+                    "wait for it to finish (or stop it), or pass a different --db path",
                 ) from exc
             if "not a valid duckdb database" in message.lower():
                 raise RecordStoreError("not a DuckDB database file", where,
