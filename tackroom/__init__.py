@@ -14,6 +14,8 @@ torch or Ray until a function needs them).
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from tackroom.core.version import __version__
@@ -45,3 +47,20 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'tackroom' has no attribute {name!r}")
+
+
+class _Facade(types.ModuleType):
+    """The package module: ``tackroom.report`` and ``tackroom.train`` stay the API functions.
+
+    Importing the subpackage ``tackroom.report`` (or ``tackroom.train``) would bind
+    it as an attribute of this package, hiding the function of the same name; the
+    subpackages stay importable by their full names (``from tackroom.report.view import …``).
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _API and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Facade

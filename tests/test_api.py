@@ -137,6 +137,14 @@ def test_bad_input_through_the_api_is_a_tackroom_error(tmp_path):
         tackroom.resume("nope", store=tmp_path / "r.duckdb")
 
 
+def test_api_names_stay_functions_after_their_subpackages_are_imported():
+    from tackroom.report.view import report_view  # noqa: F401 - imports tackroom.report
+    from tackroom.train.config import RLConfig  # noqa: F401 - imports tackroom.train
+
+    assert callable(tackroom.report) and tackroom.report.__module__ == "tackroom.app.reporting"
+    assert callable(tackroom.train) and tackroom.train.__module__ == "tackroom.app.training"
+
+
 def test_import_tackroom_is_cheap():
     """``import tackroom`` loads neither DuckDB nor the API until a name is used."""
     code = ("import sys, tackroom; assert 'duckdb' not in sys.modules, 'duckdb'; "

@@ -239,7 +239,7 @@ def print_sealed(run: Run, rows: list[dict[str, Any]]) -> None:
     from tackroom.report.terminal import sealed_table
     from tackroom.runner.sealed import sealed_report
 
-    section = sealed_report(run.id, run.manifest_hash, run.config.to_dict(), rows)
+    section = sealed_report(run.id, run.manifest_hash, run.config, rows)
     if section is not None:
         console.print(sealed_table(section))
 

@@ -104,7 +104,8 @@ class RecordStore:
     """Runs, episodes and turns in an embedded DuckDB file.
 
     Args:
-        path: the DuckDB file; its parent directory is created.
+        path: the DuckDB file (default :func:`~tackroom.records.default_db`: `$TACKROOM_DB`, else
+            `./tackroom-runs/tackroom.duckdb`); its parent directory is created.
         commit_interval: seconds an appended episode may wait before it is
             committed together with the ones appended after it (see the module
             docstring). ``0`` commits each episode before ``append`` returns.
@@ -122,9 +123,9 @@ class RecordStore:
             store.append(episode)
     """
 
-    def __init__(self, path: str | Path = DEFAULT_PATH, *, commit_interval: float = 0.25,
+    def __init__(self, path: str | Path | None = None, *, commit_interval: float = 0.25,
                  read_only: bool = False) -> None:
-        self.path = Path(path)
+        self.path = Path(path or default_db())
         self.read_only = read_only
         self.commit_interval = max(0.0, float(commit_interval))
         #: Most episodes queued before a commit is forced.

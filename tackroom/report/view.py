@@ -234,7 +234,7 @@ def _build(per_run: Sequence[tuple[str, Mapping[str, Any] | None, list[dict[str,
         # One entry per sealed run: every cell of its manifest (see runner/sealed.py).
         "sealed": [sec for rid, info, rrows in per_run
                    if (sec := sealed_report(rid, (info or {}).get("manifest_hash"),
-                                            configs[rid].to_dict(), rrows)) is not None],
+                                            configs[rid], rrows)) is not None],
     }
     view = ReportView(data=data, rows=rows, final=final, final_ids=final_ids, configs=configs)
     notes: dict[str, str] = data["notes"]

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tackroom.core.episode import Outcome
 from tackroom.core.errors import ConfigError
+from tackroom.core.run import RunConfig
 from tackroom.harness.spec import HarnessSpec, load_harness
 
 __all__ = ["FORMAT", "Manifest", "ManifestHarness", "SealedCell", "canonical_hash",
@@ -33,10 +35,6 @@ __all__ = ["FORMAT", "Manifest", "ManifestHarness", "SealedCell", "canonical_has
 
 #: Written into every manifest, so a future layout can be told apart.
 FORMAT = "tackroom-sealed-manifest/1"
-
-#: Scored outcomes other than success, all counted as failures in the sealed table.
-_FAILURES = ("failure", "budget_exhausted", "timeout")
-_INFRA = "infra_error"
 
 
 def canonical_hash(body: Mapping[str, Any]) -> str:
@@ -262,7 +260,7 @@ class SealedCell:
         return dict(self.__dict__)
 
 
-def sealed_report(run_id: str, manifest_hash: str | None, config: Mapping[str, Any],
+def sealed_report(run_id: str, manifest_hash: str | None, config: RunConfig,
                   rows: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Every cell of a sealed run's manifest with its outcome counts, as plain data.
 
@@ -272,12 +270,12 @@ def sealed_report(run_id: str, manifest_hash: str | None, config: Mapping[str, A
     recorded, e.g. an interrupted run); a pair the harness cannot express is
     flagged, never counted as a failure. ``None`` for a run that is not sealed.
     """
-    body = config.get("manifest")
+    body = config.manifest
     if not manifest_hash or not isinstance(body, Mapping):
         return None
     manifest = Manifest.from_dict(body, f"run {run_id}")
-    policy_ids = dict(config.get("policy_ids") or {})
-    cannot = {(t, h) for t, h in config.get("inexpressible") or []}
+    policy_ids = config.policy_ids
+    cannot = {(t, h) for t, h in config.inexpressible}
     final: dict[tuple[str, str, str, int], tuple[int, str]] = {}
     for r in rows:
         key = (r["policy"], r["harness"], r["task"], int(r["seed"]))
@@ -299,9 +297,9 @@ def sealed_report(run_id: str, manifest_hash: str | None, config: Mapping[str, A
                     outcome = final.get((pid, h.name, task, seed), (0, None))[1]
                     if outcome is None:
                         cell.missing += 1
-                    elif outcome == "success":
+                    elif outcome == Outcome.SUCCESS:
                         cell.success += 1
-                    elif outcome == _INFRA:
+                    elif outcome == Outcome.INFRA_ERROR:
                         cell.infra += 1
                     else:
                         cell.failure += 1
