@@ -34,16 +34,20 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time see __getattr__
         sft,
         train,
     )
+    from tackroom.core.policy import Sampling
 
 _API = ("Report", "Run", "RunPlan", "evaluate", "evaluate_sealed", "plan", "report", "resume",
         "seal", "sft", "train")
+#: Name → the module it comes from.
+_LAZY = {**{name: "tackroom.app" for name in _API}, "Sampling": "tackroom.core.policy"}
 
-__all__ = ["__version__", *_API]
+__all__ = ["Report", "Run", "RunPlan", "Sampling", "__version__", "evaluate", "evaluate_sealed",
+           "plan", "report", "resume", "seal", "sft", "train"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _API:
-        value = getattr(importlib.import_module("tackroom.app"), name)
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'tackroom' has no attribute {name!r}")

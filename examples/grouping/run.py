@@ -4,16 +4,17 @@ The research trained one policy on frozen records of several harnesses with
 two grouping rules — *within* (a baseline per (task, harness)) and *cross*
 (harnesses pooled per task) — and found that the rule barely matters while
 the evaluation harness moves the solve rate a lot. This script repeats that
-design end to end with tackroom's own commands:
+design end to end with tackroom's Python API (docs/api.md), in this process:
 
 1. the starting policy: the bundled policy (``--setting bundled``; MiniWoB++,
-   SFT'd under ``som-tools``), or a tiny model SFT'd here on toy expert
-   episodes under the two source harnesses (``--setting toy``);
-2. ``tackroom train`` twice per training seed, online rollouts under both
+   SFT'd under ``som-tools``), or a tiny model SFT'd here (``tackroom.sft``) on
+   toy expert episodes (``tackroom.evaluate``) under the two source harnesses
+   (``--setting toy``);
+2. ``tackroom.train`` twice per training seed, online rollouts under both
    source harnesses, ``grouping.group = "within"`` and ``"cross"``;
-3. ``tackroom seal`` a manifest: every checkpoint (the start, each trained
+3. ``tackroom.seal`` a manifest: every checkpoint (the start, each trained
    one) × both source harnesses + one held-out harness × tasks × held-out
-   seeds; ``tackroom eval --sealed`` runs every cell;
+   seeds; ``tackroom.evaluate_sealed`` runs every cell;
 4. the table (success with Wilson 95% intervals) and the two effects, each
    a paired bootstrap over (task, seed): grouping (within − cross, same
    harness) and evaluation harness (best − worst harness, same checkpoint).
@@ -21,7 +22,7 @@ design end to end with tackroom's own commands:
 Writes ``results.md`` and ``results.json`` in the work directory.
 
 Usage: .venv/bin/python examples/grouping/run.py [--setting auto|toy|bundled]
-       [--workdir grouping-run] [--train-seeds 0,1] [--eval-seeds 50]
+       [--workdir grouping-run] [--train-seeds 0,1] [--eval-seeds 50] [--steps N]
 """
 
 from __future__ import annotations
@@ -30,14 +31,17 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import tackroom  # cheap: the API loads DuckDB and torch on first use
+from tackroom.core.errors import TackroomError
+
 ROOT = Path(__file__).resolve().parents[2]
-TACKROOM = [sys.executable, "-m", "tackroom.cli"]
 EVAL_SEED_BASE = 1_000_000  # tackroom.train.rollouts.EVAL_SEED_BASE: never a training seed
 
 # Toy setting: three harnesses that differ in how the page is shown; one is held out.
@@ -93,16 +97,23 @@ GROUP_KEYS = {"within": "task + '|' + str(seed) + '|' + harness",
               "cross": "task + '|' + str(seed)"}
 
 
-def sh(*args: str, cwd: Path) -> str:
-    """Run a tackroom command; its output, or exit with it."""
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1",
-           "TACKROOM_HARNESS_PATH": str(cwd / "harnesses")}
+@contextmanager
+def step(what: str) -> Iterator[None]:
+    """Time one call of the API and print a line when it is done."""
     t0 = time.perf_counter()
-    p = subprocess.run([*TACKROOM, *args], cwd=cwd, capture_output=True, text=True, env=env)
-    print(f"  $ tackroom {' '.join(args)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
-    if p.returncode != 0:
-        sys.exit(f"failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
-    return p.stdout
+    print(f"  {what} …", flush=True)
+    yield
+    print(f"  {what}: done [{time.perf_counter() - t0:.0f} s]", flush=True)
+
+
+def print_run(run: tackroom.Run) -> None:
+    """A recorded run in a few lines: its id, overall success, one line per cell."""
+    print(f"    run {run.id} ({run.status}): success {100 * run.success_rate:.1f}%", flush=True)
+    for c in run.summary():
+        lo, hi = c.interval
+        print(f"      {c.harness:<16} {c.policy:<48} {100 * c.rate:5.1f}% "
+              f"[{100 * lo:.1f}, {100 * hi:.1f}] of {c.n}"
+              + (f", {c.infra_errors} infra" if c.infra_errors else ""), flush=True)
 
 
 def bundled_ready() -> bool:
@@ -150,14 +161,36 @@ def main() -> None:
     ap.add_argument("--train-seeds", default=None, help="default: 0,1 (toy), 0 (bundled)")
     ap.add_argument("--eval-seeds", type=int, default=None,
                     help="evaluation seeds per cell; default: 50 (toy), 8 (bundled)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="training steps per run; default: 12 (toy), 3 (bundled)")
     ap.add_argument("--threads", default="1")
     a = ap.parse_args()
+    try:
+        run_experiment(a)
+    except TackroomError as e:
+        sys.exit(f"failed: {e.line()}")
+
+
+def run_experiment(a: argparse.Namespace) -> None:
+    # `tackroom.train` is also the name of a subpackage: once `tackroom.app` is imported
+    # (by any API call), the attribute `tackroom.train` is that module, not the function.
+    from tackroom.app import train
+    from tackroom.core.policy import Sampling
+    from tackroom.train.engine import OptimSettings
+    from tackroom.train.sft import Selection, SFTConfig
+
     setting = a.setting if a.setting != "auto" else ("bundled" if bundled_ready() else "toy")
-    s = SETTINGS[setting]
+    s = dict(SETTINGS[setting])
+    if a.steps is not None:
+        s["steps"] = a.steps
     work = Path(a.workdir).resolve()
     shutil.rmtree(work, ignore_errors=True)
     (work / "harnesses").mkdir(parents=True)
+    # Harness names resolve on $TACKROOM_HARNESS_PATH, read at each load (the trainer's
+    # and the sealed evaluation's too): the toy harnesses are found by name.
+    os.environ["TACKROOM_HARNESS_PATH"] = str(work / "harnesses")
     db = str(work / "runs.duckdb")
+    threads = int(a.threads)
     seeds = [int(x) for x in (a.train_seeds or s["train_seeds"]).split(",")]
     n_eval = a.eval_seeds or s["eval_seeds"]
     t_start = time.perf_counter()
@@ -171,13 +204,21 @@ def main() -> None:
         from tackroom.models import init_model
         from tackroom.models.corpus import harness_corpus
 
-        init_model(work / "tiny", size="tiny", corpus=harness_corpus(seeds=(0,)), seed=0)
-        sh("eval", "--suite", "toy", "--tasks", ",".join(s["tasks"]), "--harness",
-           ",".join(s["source"]), "--policy", "expert", "--seeds", "0-7", "--db", db, cwd=work)
-        sh("sft", str(work / "tiny"), "--out", str(work / "sft"), "--db", db, "--harness",
-           ",".join(s["source"]), "--epochs", "30", "--lr", "1e-2", "--warmup", "2",
-           "--batch-size", "8", "--checkpoint-every", "1000", "--threads", a.threads, cwd=work)
-        start_dir = str(work / "sft" / "final")
+        with step("tiny model"):
+            init_model(work / "tiny", size="tiny", corpus=harness_corpus(seeds=(0,)), seed=0)
+        with step("expert episodes (tackroom.evaluate)"):
+            run = tackroom.evaluate(suite="toy", tasks=s["tasks"], harnesses=s["source"],
+                                    policies=["expert"], seeds=range(8), store=db)
+        print_run(run)
+        with step("SFT of the tiny model (tackroom.sft)"):
+            sft = tackroom.sft(SFTConfig(
+                model=str(work / "tiny"), out=str(work / "sft"),
+                selection=Selection(harnesses=tuple(s["source"])),
+                optim=OptimSettings(lr=1e-2, warmup_steps=2), epochs=30, batch_size=8,
+                checkpoint_every=1000, threads=threads), store=db)
+        print(f"    run {sft.run_id}: {sft.examples} examples, {sft.steps} steps, final loss "
+              f"{sft.last.get('loss', float('nan')):.4f}", flush=True)
+        start_dir = str(sft.final)
         start_spec = f"hf:{start_dir}"
     else:
         from tackroom.policies.bundled import bundled_dir
@@ -190,24 +231,30 @@ def main() -> None:
     for seed in seeds:
         for group in ("within", "cross"):
             out = work / f"{group}-{seed}"
-            sh("train", "-c", "train.toml", f"grouping.group={GROUP_KEYS[group]}",
-               f"run.seed={seed}",
-               f"run.out_dir={out}", "--db", db, "--threads", a.threads, cwd=work)
-            final = out / "final"
-            checkpoints[f"{group}-{seed}"] = (f"hf:{start_dir}:{final}" if s["lora"]
-                                              else f"hf:{final}")
+            with step(f"train {group}-{seed} (tackroom.train, {s['steps']} steps)"):
+                rl = train(work / "train.toml",
+                           [f"grouping.group={GROUP_KEYS[group]}", f"run.seed={seed}",
+                            f"run.out_dir={out}"],
+                           store=db, threads=threads, on_step=train_progress)
+            print(f"    run {rl.run_id}: {rl.steps} steps, model {rl.final}", flush=True)
+            checkpoints[f"{group}-{seed}"] = (f"hf:{rl.base_model}:{rl.final}" if s["lora"]
+                                              else f"hf:{rl.final}")
 
     # 3. Sealed evaluation: every checkpoint × source + held-out harness × tasks × seeds.
     seed_range = f"{EVAL_SEED_BASE}-{EVAL_SEED_BASE + n_eval - 1}"
-    sh("seal", "--suite", s["suite"], "--tasks", ",".join(s["tasks"]), "--harness",
-       ",".join(s["source"]), "--held-out", s["unseen"], "--train-harness",
-       ",".join(s["source"]), "--policy", ",".join(checkpoints.values()), "--seeds", seed_range,
-       "--max-tokens", str(s["max_tokens"]), "--out", str(work / "manifest.json"), cwd=work)
-    sh("eval", "--sealed", str(work / "manifest.json"), "--db", db, "-n",
-       str(min(16, s["concurrency"])), cwd=work)
+    manifest = tackroom.seal(work / "manifest.json", suite=s["suite"], tasks=s["tasks"],
+                             harnesses=s["source"], held_out=[s["unseen"]],
+                             train_harnesses=s["source"], policies=list(checkpoints.values()),
+                             seeds=seed_range, sampling=Sampling(max_tokens=s["max_tokens"]))
+    print(f"  sealed {work / 'manifest.json'}: sha256:{manifest.hash}, {manifest.n_cells} cells",
+          flush=True)
+    with step("sealed evaluation (tackroom.evaluate_sealed)"):
+        sealed = tackroom.evaluate_sealed(work / "manifest.json", store=db,
+                                          concurrency=min(16, s["concurrency"]))
+    print_run(sealed)
 
     # 4. The table and the effects.
-    results = analyse(db, checkpoints, s, seeds)
+    results = analyse(sealed, checkpoints, s, seeds)
     results.update({"setting": setting, "minutes": (time.perf_counter() - t_start) / 60,
                     "eval_seeds": n_eval, "train_seeds": seeds})
     (work / "results.json").write_text(json.dumps(results, indent=1))
@@ -215,15 +262,18 @@ def main() -> None:
     print(render(results, s))
 
 
-def analyse(db: str, checkpoints: dict[str, str], s: dict[str, Any],
+def train_progress(step_: int, total: int, m: dict[str, float]) -> None:
+    print(f"    step {step_}/{total}: reward {m.get('reward_mean', float('nan')):.2f}, "
+          f"success {100 * m.get('success', 0.0):.0f}%, loss {m.get('loss', float('nan')):.3f}",
+          flush=True)
+
+
+def analyse(run: tackroom.Run, checkpoints: dict[str, str], s: dict[str, Any],
             seeds: list[int]) -> dict[str, Any]:
     from tackroom.analysis.stats import paired_bootstrap, paired_cells, wilson
-    from tackroom.records import RecordStore
 
-    with RecordStore(db, read_only=True) as store:
-        run = next(r for r in store.runs() if r.get("manifest_hash"))
-        rows = store.episodes(run["run_id"])
-        ids = dict(run["config"].get("policy_ids") or {})
+    rows = run.episodes()
+    ids = dict(run.config.policy_ids)
     pid = {name: ids.get(spec, spec) for name, spec in checkpoints.items()}
     harnesses = [*s["source"], s["unseen"]]
     table: dict[str, dict[str, Any]] = {}
@@ -262,8 +312,8 @@ def analyse(db: str, checkpoints: dict[str, str], s: dict[str, Any],
         spread.append(((pid[name], best), (pid[name], worst)))
     harness_effect = paired(spread)
     return {"table": table, "harnesses": harnesses, "grouping": grouping, "gains": gains,
-            "harness_effect": harness_effect, "run_id": run["run_id"],
-            "manifest_hash": run.get("manifest_hash")}
+            "harness_effect": harness_effect, "run_id": run.id,
+            "manifest_hash": run.manifest_hash}
 
 
 def render(r: dict[str, Any], s: dict[str, Any]) -> str:

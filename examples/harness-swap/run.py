@@ -10,9 +10,13 @@ interrupted run continues where it stopped; ``--fresh`` starts over):
 
 1. ``record``  expert episodes under every target harness on training seeds
 2. ``before``  the bundled policy and the expert under A and every target, on eval seeds
-3. ``sft-H``   ``tackroom sft`` from the bundled weights on H's expert episodes (fixed steps)
+3. ``sft-H``   ``tackroom.sft`` from the bundled weights on H's expert episodes (fixed steps)
 4. ``after-H`` the further-trained model under H, on the same eval seeds
 5. analysis    gain points + fit (``tackroom.analysis.gain``), conflation, the HTML report
+
+Evaluations are ``tackroom.evaluate`` calls, training ``tackroom.sft``, the report
+``tackroom.report`` (docs/api.md), all in this process; each phase writes a short log
+(run id, summary rows) to ``out/logs/PHASE.log``.
 
 Run from the repository root:  .venv/bin/python examples/harness-swap/run.py
 """
@@ -23,16 +27,23 @@ import argparse
 import json
 import math
 import os
-import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+# One torch thread everywhere, set before anything imports torch (which reads
+# OMP_NUM_THREADS at start-up); `hf:` policies also get threads=1 (policy_options) and
+# the SFT runs SFTConfig(threads=1).
+os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+os.environ.setdefault("MINIWOB_CHROME_BINARY", "/usr/bin/chromium")
+os.environ.setdefault("MINIWOB_CHROMEDRIVER", "/usr/bin/chromedriver")
+
+import tackroom  # noqa: E402  (cheap: the API loads DuckDB and torch on first use)
+from tackroom.core.errors import TackroomError  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-TACKROOM = str(ROOT / ".venv" / "bin" / "tackroom")
 
 TASKS = ("click-test,click-test-2,click-test-transfer,click-button,click-button-sequence,"
          "click-dialog,click-dialog-2,click-link,click-widget,focus-text,focus-text-2,"
@@ -60,20 +71,13 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def env() -> dict[str, str]:
-    e = dict(os.environ)
-    # One torch thread everywhere: `hf:` policies have no CLI option for it, and torch
-    # reads OMP_NUM_THREADS at start-up (the bundled policy and `sft --threads 1` set it too).
-    e.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    e.setdefault("MINIWOB_CHROME_BINARY", "/usr/bin/chromium")
-    e.setdefault("MINIWOB_CHROMEDRIVER", "/usr/bin/chromedriver")
-    return e
-
-
 class Experiment:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.out = Path(args.out)
+        # Absolute, then work from the repository root: `hf:` policy ids carry paths
+        # relative to it (as when the CLI ran there).
+        self.out = Path(args.out).resolve()
+        os.chdir(ROOT)
         if args.fresh and self.out.exists():
             shutil.rmtree(self.out)
         (self.out / "logs").mkdir(parents=True, exist_ok=True)
@@ -90,18 +94,23 @@ class Experiment:
         """A path relative to the repository root: `hf:` policy ids carry it."""
         return os.path.relpath(Path(path).resolve(), ROOT)
 
-    def sh(self, name: str, cmd: list[str]) -> str:
+    def log(self, name: str, lines: list[str]) -> Path:
+        """Write a phase's log (what the phase did, its run id, its numbers)."""
         log = self.out / "logs" / f"{name}.log"
-        print(f"$ {' '.join(cmd)}", flush=True)
+        log.write_text("\n".join(lines) + "\n")
+        return log
+
+    def call(self, name: str, what: str, fn):
+        """Run one API call for phase ``name``; a TackroomError ends the script with its line."""
+        print(f"  {what}", flush=True)
         t0 = time.time()
-        with open(log, "w") as f:
-            proc = subprocess.run(cmd, cwd=ROOT, env=env(), stdout=f, stderr=subprocess.STDOUT,
-                                  text=True)
-        text = log.read_text()
-        if proc.returncode != 0:
-            sys.exit(f"{name} failed (exit {proc.returncode}); log: {log}\n{text[-3000:]}")
-        print(f"  {name}: {time.time() - t0:.0f} s (log {self.rel(log)})", flush=True)
-        return text
+        try:
+            result = fn()
+        except TackroomError as e:
+            log = self.log(name, [what, f"failed: {e.line()}"])
+            sys.exit(f"{name} failed: {e.line()}\nlog: {log}")
+        self.seconds = time.time() - t0
+        return result
 
     def phase(self, name: str, fn) -> dict:
         done = self.state["phases"].get(name)
@@ -120,14 +129,41 @@ class Experiment:
 
     # -- phases ----------------------------------------------------------------------------
     def eval(self, name: str, harnesses: list[str], policies: list[str], seeds: str) -> dict:
-        text = self.sh(name, [TACKROOM, "eval", "--suite", "miniwob", "--tasks", TASKS,
-                              "--harness", ",".join(harnesses), "--policy", ",".join(policies),
-                              "--seeds", seeds, "--max-tokens", str(self.args.max_tokens),
-                              "-n", str(self.args.concurrency), "--db", self.db])
-        m = re.findall(r"\(run (\S+?)\)", text)
-        if not m:
-            sys.exit(f"{name}: no run id in the output")
-        return {"run": m[-1]}
+        from tackroom.core.episode import Episode, Outcome
+        from tackroom.core.policy import Sampling
+
+        done = {"n": 0, "success": 0}
+
+        def on_episode(ep: Episode) -> None:
+            if ep.outcome is Outcome.INFRA_ERROR and ep.attempt < 1:
+                return  # retried as a new attempt
+            done["n"] += 1
+            done["success"] += ep.outcome is Outcome.SUCCESS
+            if done["n"] % 20 == 0:
+                print(f"    {done['n']} episodes, {done['success']} successes", flush=True)
+
+        what = (f"tackroom.evaluate(suite='miniwob', harnesses={harnesses}, "
+                f"policies={policies}, seeds='{seeds}', max_tokens={self.args.max_tokens}, "
+                f"concurrency={self.args.concurrency})")
+        run = self.call(name, what, lambda: tackroom.evaluate(
+            suite="miniwob", tasks=TASKS.split(","), harnesses=harnesses, policies=policies,
+            seeds=seeds, sampling=Sampling(max_tokens=self.args.max_tokens),
+            concurrency=self.args.concurrency, policy_options={"threads": 1}, store=self.db,
+            on_episode=on_episode))
+        lines = [what, f"run {run.id} ({run.status}) in {run.db}: "
+                 f"success {100 * run.success_rate:.1f}%, {self.seconds:.0f} s",
+                 "", f"{'harness':<22} {'policy':<56} {'success':>8}  {'95% CI':<14} "
+                 f"{'n':>4} {'infra':>5} {'turns':>6} {'parse err':>9}"]
+        for c in run.summary():
+            lo, hi = c.interval
+            ci = f"[{100 * lo:.0f}, {100 * hi:.0f}]"
+            lines.append(f"{c.harness:<22} {c.policy:<56} {100 * c.rate:7.1f}%  {ci:<14} "
+                         f"{c.n:>4} {c.infra_errors:>5} {c.mean_turns:>6.2f} "
+                         f"{c.parse_errors:>9}")
+        log = self.log(name, lines)
+        print(f"  {name}: run {run.id}, success {100 * run.success_rate:.1f}%, "
+              f"{self.seconds:.0f} s (log {self.rel(log)})", flush=True)
+        return {"run": run.id}
 
     def record(self) -> dict:
         return self.eval("record", self.targets, ["expert"], self.args.train_seeds)
@@ -137,7 +173,7 @@ class Experiment:
         return self.eval("before", hs, ["bundled", "expert"], self.args.eval_seeds)
 
     def n_examples(self, harness: str) -> int:
-        """Trainable turns `tackroom sft` will see (parsed, non-empty replies of successes)."""
+        """Trainable turns `tackroom.sft` will see (parsed, non-empty replies of successes)."""
         from tackroom.records import RecordStore
 
         with RecordStore(self.db, read_only=True) as store:
@@ -153,23 +189,44 @@ class Experiment:
     def sft(self, harness: str) -> dict:
         n = self.n_examples(harness)
         per_epoch = -(-n // self.args.batch_size)
-        # `tackroom sft` runs round(ceil(n / batch) * epochs) steps: pick epochs for exactly --steps.
+        # `tackroom.sft` runs round(ceil(n / batch) * epochs) steps: pick epochs for exactly --steps.
         epochs = self.args.steps / per_epoch
         out = self.out / f"sft-{harness}"
         shutil.rmtree(out, ignore_errors=True)
-        text = self.sh(f"sft-{harness}", [
-            TACKROOM, "sft", str(ROOT / "tackroom/policies/bundled_model"), "--out", self.rel(out),
-            "--db", self.db, "--run", self.state["phases"]["record"]["run"], "--policy", "expert",
-            "--harness", harness, "--epochs", f"{epochs:.6f}",
-            "--batch-size", str(self.args.batch_size), "--lr", str(self.args.lr),
-            "--warmup", str(self.args.warmup), "--checkpoint-every", "1000", "--threads", "1",
-            "--save-dtype", "float16"])
-        m = re.search(r"trained: (\d+) examples, (\d+) steps, final loss ([\d.]+)", text)
-        acc = re.findall(r"acc (\d+)%", text)
-        return {"model": self.rel(out / "final"), "examples": n, "epochs": epochs,
-                "steps": int(m.group(2)) if m else None,
-                "final_loss": float(m.group(3)) if m else None,
-                "final_token_acc": int(acc[-1]) / 100 if acc else None}
+        from tackroom.train.engine import OptimSettings
+        from tackroom.train.sft import Selection, SFTConfig
+
+        config = SFTConfig(
+            model=str(ROOT / "tackroom/policies/bundled_model"), out=self.rel(out),
+            selection=Selection(harnesses=(harness,),
+                                runs=(self.state["phases"]["record"]["run"],),
+                                policies=("expert",)),
+            optim=OptimSettings(lr=self.args.lr, warmup_steps=self.args.warmup),
+            epochs=float(f"{epochs:.6f}"), batch_size=self.args.batch_size,
+            checkpoint_every=1000, threads=1, save_dtype="float16")
+
+        def on_step(step: int, total: int, m: dict[str, float]) -> None:
+            print(f"    step {step}/{total}: loss {m['loss']:.3f}, "
+                  f"acc {m['token_accuracy']:.0%}", flush=True)
+
+        name = f"sft-{harness}"
+        result = self.call(name, f"tackroom.sft(SFTConfig(out={config.out!r}, epochs="
+                           f"{config.epochs}, ...)) on {n} examples under {harness}",
+                           lambda: tackroom.sft(config, store=self.db, on_step=on_step))
+        loss, acc = result.last.get("loss"), result.last.get("token_accuracy")
+        # As the CLI printed them (loss to 4 places, accuracy in whole percent).
+        final_loss = round(loss, 4) if loss is not None else None
+        final_acc = round(100 * acc) / 100 if acc is not None else None
+        log = self.log(name, [
+            f"tackroom.sft: {config}",
+            f"run {result.run_id}: {result.examples} examples, {result.steps} steps, final "
+            f"loss {final_loss}, token accuracy {final_acc} (skipped turns: "
+            f"{result.skipped or 'none'}); {self.seconds:.0f} s",
+            f"model: {result.final}"])
+        print(f"  {name}: run {result.run_id}, {result.steps} steps, final loss {final_loss}, "
+              f"{self.seconds:.0f} s (log {self.rel(log)})", flush=True)
+        return {"model": self.rel(result.final), "examples": n, "epochs": epochs,
+                "steps": result.steps, "final_loss": final_loss, "final_token_acc": final_acc}
 
     def after(self, harness: str) -> dict:
         model = self.state["phases"][f"sft-{harness}"]["model"]
@@ -248,17 +305,34 @@ def analyse(exp: Experiment) -> None:
                      "gap": c.gap, "ceiling_part": c.ceiling_part,
                      "mismatch_part": c.mismatch_part})
 
-    # The HTML report over every run, as a user makes it: `tackroom report` with the
-    # training harness of every policy (the transfer matrix: the bundled policy and the
-    # one trained further under A share the row som-tools; the report adds one row per
-    # policy) and the gain pairs (the gain scatter, ceilings measured before).
+    # The HTML report over every run, as a user makes it (`tackroom report`, here
+    # `tackroom.report`) with the training harness of every policy (the transfer matrix:
+    # the bundled policy and the one trained further under A share the row som-tools; the
+    # report adds one row per policy) and the gain pairs (the gain scatter, ceilings
+    # measured before).
     report = exp.out / "report.html"
-    trained = [f"{bundled}={HARNESS_A}"] + [f"{ph[f'after-{h}']['policy']}={h}"
-                                          for h in exp.targets]
-    exp.sh("report", [TACKROOM, "report", ph["before"]["run"], *after_runs, "--db", exp.db,
-                      "--out", str(report), *[a for t in trained for a in ("--trained", t)],
-                      *[a for before, after, h in pairs
-                        for a in ("--gain", f"{before}={after}@{h}")]])
+    trained = {bundled: HARNESS_A, **{ph[f"after-{h}"]["policy"]: h for h in exp.targets}}
+    runs = [ph["before"]["run"], *after_runs]
+    cli = (f"tackroom report {' '.join(runs)} --db {exp.rel(exp.db)} --out {exp.rel(report)} "
+           + " ".join(f"--trained {p}={h}" for p, h in trained.items()) + " "
+           + " ".join(f"--gain {b}={a}@{h}" for b, a, h in pairs))
+    print(f"[report] the same as: {cli}", flush=True)
+    # `tackroom.report` is also the name of a subpackage: once `tackroom.report.*` is
+    # imported (the first report call does), the attribute is that module, not the function.
+    from tackroom.app import report as make_report
+
+    rep = exp.call("report", "tackroom.report(...)", lambda: make_report(
+        runs, out=report, store=exp.db, trained=trained, gain=pairs))
+    from rich.console import Console
+
+    with open(exp.out / "logs" / "report.log", "w") as f:
+        f.write(f"tackroom.report over runs {', '.join(rep.run_ids)}; the same as:\n{cli}\n\n")
+        console = Console(file=f, width=200, no_color=True)
+        for table in rep.tables():
+            console.print(table)
+        f.write(f"report: {rep.path}\n")
+    print(f"  report: {exp.seconds:.0f} s (log {exp.rel(exp.out / 'logs' / 'report.log')})",
+          flush=True)
 
     results = {"bundled": bundled, "args": vars(exp.args), "points": rows,
                "fit": {"model": fit.model, "intercept": fit.intercept,

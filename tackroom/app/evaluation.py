@@ -339,6 +339,7 @@ def evaluate(suite: str | Suite = "toy", *, tasks: Sequence[str | Task] | None =
 def evaluate_sealed(manifest: Manifest | str | Path, *, concurrency: int = 0,
                     base_url: str | None = None, timeout: float = 60.0,
                     suite_options: Mapping[str, Any] | None = None,
+                    policy_options: Mapping[str, Any] | None = None,
                     store: RecordStore | str | Path | None = None, run_id: str | None = None,
                     executor: str = "local", ray_address: str | None = None,
                     on_episode: Callable[[Episode], None] | None = None,
@@ -352,7 +353,7 @@ def evaluate_sealed(manifest: Manifest | str | Path, *, concurrency: int = 0,
     """
     m = manifest if isinstance(manifest, Manifest) else Manifest.load(manifest)
     p = plan_sealed(m, concurrency=concurrency, base_url=base_url, timeout=timeout,
-                    suite_options=suite_options, db=store)
+                    suite_options=suite_options, policy_options=policy_options, db=store)
     return execute(p, store=store, run_id=run_id, executor=executor, ray_address=ray_address,
                    on_episode=on_episode, on_start=on_start, on_note=on_note)
 
