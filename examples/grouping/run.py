@@ -172,9 +172,6 @@ def main() -> None:
 
 
 def run_experiment(a: argparse.Namespace) -> None:
-    # `tackroom.train` is also the name of a subpackage: once `tackroom.app` is imported
-    # (by any API call), the attribute `tackroom.train` is that module, not the function.
-    from tackroom.app import train
     from tackroom.core.policy import Sampling
     from tackroom.train.engine import OptimSettings
     from tackroom.train.sft import Selection, SFTConfig
@@ -232,10 +229,10 @@ def run_experiment(a: argparse.Namespace) -> None:
         for group in ("within", "cross"):
             out = work / f"{group}-{seed}"
             with step(f"train {group}-{seed} (tackroom.train, {s['steps']} steps)"):
-                rl = train(work / "train.toml",
-                           [f"grouping.group={GROUP_KEYS[group]}", f"run.seed={seed}",
-                            f"run.out_dir={out}"],
-                           store=db, threads=threads, on_step=train_progress)
+                rl = tackroom.train(work / "train.toml",
+                                    [f"grouping.group={GROUP_KEYS[group]}", f"run.seed={seed}",
+                                     f"run.out_dir={out}"],
+                                    store=db, threads=threads, on_step=train_progress)
             print(f"    run {rl.run_id}: {rl.steps} steps, model {rl.final}", flush=True)
             checkpoints[f"{group}-{seed}"] = (f"hf:{rl.base_model}:{rl.final}" if s["lora"]
                                               else f"hf:{rl.final}")

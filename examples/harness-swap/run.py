@@ -317,11 +317,7 @@ def analyse(exp: Experiment) -> None:
            + " ".join(f"--trained {p}={h}" for p, h in trained.items()) + " "
            + " ".join(f"--gain {b}={a}@{h}" for b, a, h in pairs))
     print(f"[report] the same as: {cli}", flush=True)
-    # `tackroom.report` is also the name of a subpackage: once `tackroom.report.*` is
-    # imported (the first report call does), the attribute is that module, not the function.
-    from tackroom.app import report as make_report
-
-    rep = exp.call("report", "tackroom.report(...)", lambda: make_report(
+    rep = exp.call("report", "tackroom.report(...)", lambda: tackroom.report(
         runs, out=report, store=exp.db, trained=trained, gain=pairs))
     from rich.console import Console
 
