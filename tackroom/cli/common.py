@@ -29,6 +29,11 @@ err_console = Console(stderr=True, width=_WIDTH)
 DbOpt = Annotated[str, typer.Option(
     "--db", help="Record store (DuckDB file; default $TACKROOM_DB or "
     "./tackroom-runs/tackroom.duckdb).")]
+RayOpt = Annotated[bool, typer.Option(
+    "--ray", help="Run episodes on Ray actors (a local cluster sized to this machine).")]
+RayAddressOpt = Annotated[str | None, typer.Option(
+    help="Join this Ray cluster instead (auto, HOST:6379, ray://HOST:10001); implies --ray.")]
+
 #: ``--db`` when not given: ``$TACKROOM_DB``, else the project's default path.
 DEFAULT_DB = default_db()
 

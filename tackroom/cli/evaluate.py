@@ -13,7 +13,16 @@ from rich.table import Table
 from tackroom.app import evaluation
 from tackroom.app.runs import Run, new_run_id, open_store, resolve_run
 from tackroom.app.sealing import seal
-from tackroom.cli.common import DEFAULT_DB, DbOpt, console, err_console, progress_bar, split
+from tackroom.cli.common import (
+    DEFAULT_DB,
+    DbOpt,
+    RayAddressOpt,
+    RayOpt,
+    console,
+    err_console,
+    progress_bar,
+    split,
+)
 from tackroom.core.episode import Episode, Outcome
 from tackroom.core.errors import ConfigError, TackroomError
 from tackroom.core.policy import Sampling
@@ -60,12 +69,8 @@ def eval_cmd(
     sealed: Annotated[str | None, typer.Option(
         help="Run every cell of a manifest written by `tackroom seal` (no filters; the "
         "report shows the manifest hash and every cell).")] = None,
-    ray: Annotated[bool, typer.Option(
-        "--ray", help="Run episodes on Ray actors (a local cluster sized to this machine).")
-    ] = False,
-    ray_address: Annotated[str | None, typer.Option(
-        help="Join this Ray cluster instead (auto, HOST:6379, ray://HOST:10001); implies "
-        "--ray.")] = None,
+    ray: RayOpt = False,
+    ray_address: RayAddressOpt = None,
     db: DbOpt = DEFAULT_DB,
     ctx: typer.Context = None,  # type: ignore[assignment]  # typer fills it in
 ) -> None:

@@ -6,7 +6,15 @@ from typing import Annotated
 
 import typer
 
-from tackroom.cli.common import DEFAULT_DB, DbOpt, console, progress_bar, split
+from tackroom.cli.common import (
+    DEFAULT_DB,
+    DbOpt,
+    RayAddressOpt,
+    RayOpt,
+    console,
+    progress_bar,
+    split,
+)
 from tackroom.core.episode import Outcome
 
 _OUTCOME_HELP = ("Episode outcomes to learn from (default success; also "
@@ -117,9 +125,7 @@ def sft_cmd(
     console.print(f"[bold]trained:[/bold] {result.examples} examples, {result.steps} steps, "
                   f"final loss {result.last.get('loss', float('nan')):.4f} "
                   f"(skipped turns: {skipped}); run {run_id} in {db}")
-    spec = f"hf:{model_dir}:{result.final}" if config.lora else f"hf:{result.final}"
-    console.print(f"[bold]model:[/bold] {result.final}\nevaluate it: tackroom eval "
-                  f"--policy {spec} ...")
+    _print_model(result.final, model_dir if config.lora else None)
 
 
 def train_cmd(
@@ -129,12 +135,8 @@ def train_cmd(
         "--config", "-c", help="A TOML file of RLConfig sections (docs/training.md).")] = None,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue from the newest checkpoint in run.out_dir.")] = False,
-    ray: Annotated[bool, typer.Option(
-        "--ray", help="Online rollouts on Ray actors (a local cluster sized to this "
-        "machine).")] = False,
-    ray_address: Annotated[str | None, typer.Option(
-        help="Join this Ray cluster instead (auto, HOST:6379, ray://HOST:10001); implies "
-        "--ray.")] = None,
+    ray: RayOpt = False,
+    ray_address: RayAddressOpt = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads.")] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the resolved configuration, train nothing.")] = False,
@@ -183,9 +185,7 @@ def train_cmd(
                           for k, v in result.eval.items() if k.startswith("eval/success/"))
         console.print(f"[bold]evaluation[/bold] (greedy, held-out seeds): "
                       f"{result.eval.get('eval/success', 0.0):.0%} ({parts})")
-    spec = f"hf:{result.base_model}:{result.final}" if cfg.lora else f"hf:{result.final}"
-    console.print(f"[bold]model:[/bold] {result.final} (version {result.version})\n"
-                  f"evaluate it: tackroom eval --policy {spec} ...")
+    _print_model(result.final, result.base_model if cfg.lora else None, result.version)
 
 
 def export_groups_cmd(
@@ -230,3 +230,10 @@ def export_groups_cmd(
                   f"in {result.groups} groups (grouping.group = {cfg.group!r}):")
     for name, path in result.files.items():
         console.print(f"  {name}: {path}")
+
+
+def _print_model(final: object, base: str | None, version: str | None = None) -> None:
+    """Where a trained model went and the policy spec that evaluates it (``base``: LoRA)."""
+    spec = f"hf:{base}:{final}" if base else f"hf:{final}"
+    console.print(f"[bold]model:[/bold] {final}" + (f" (version {version})" if version else "")
+                  + f"\nevaluate it: tackroom eval --policy {spec} ...")
