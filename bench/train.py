@@ -9,7 +9,7 @@ system prompt, tool schemas, page), rewards alternating 1/0.
   its shared-prompt forward pass, loss, backward and AdamW step.
 * TRL: a real ``GRPOTrainer`` (``importance_sampling_level="sequence"``,
   ε = 3e-4 / 4e-4, ``loss_type="grpo"``) built by TRL's own ``__init__``
-  (tackroom.testing.trl_reference); its batch from its own
+  (tests/trl_reference.py); its batch from its own
   ``_generate_and_score_completions`` on the fixed completions; timed:
   ``compute_loss`` + ``accelerator.backward`` + optimiser step.
 
@@ -177,11 +177,14 @@ def run_tackroom(model_dir: str, out: str, batch: dict[str, Any], args: dict[str
 
 def run_trl(model_dir: str, out: str, batch: dict[str, Any], args: dict[str, Any]
             ) -> dict[str, float]:
+    import runpy  # the TRL reference is a test helper (tests/trl_reference.py), not installed
+
     import torch
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tackroom.testing.trl_reference import make_trainer, trl_batch
+    ref = runpy.run_path(str(Path(__file__).resolve().parents[1] / "tests" / "trl_reference.py"))
+    make_trainer, trl_batch = ref["make_trainer"], ref["trl_batch"]
 
     torch.set_num_threads(args["threads"])
     group = len(batch["completions"])

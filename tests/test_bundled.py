@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections import Counter
@@ -16,12 +14,11 @@ import pytest
 
 pytest.importorskip("torch")
 
+from conftest import CLI_ENV, TACKROOM, free_port, run_cli  # noqa: E402
+
 from tackroom.policies import make_policy  # noqa: E402
 from tackroom.policies.bundled import BUNDLED_DIR, MAX_BYTES, bundled_id  # noqa: E402
 from tackroom.records import RecordStore  # noqa: E402
-
-TACKROOM = [sys.executable, "-m", "tackroom.cli"]
-ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
 
 
 def test_the_bundled_policy_ships_in_the_package_and_is_small() -> None:
@@ -36,12 +33,6 @@ def test_the_bundled_policy_ships_in_the_package_and_is_small() -> None:
     assert make_policy("hf:bundled").id == policy.id
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _outcomes(db: Path) -> dict[tuple[str, int], str]:
     with RecordStore(db, read_only=True) as store:
         rows = store.episodes(store.latest_run_id())
@@ -53,14 +44,13 @@ def test_bundled_in_process_and_through_serve_succeed_alike_on_miniwob(tmp_path:
     tasks = "click-test,focus-text,click-dialog,click-test-2"
     common = ["--suite", "miniwob", "--tasks", tasks, "--harness", "som-tools",
               "--seeds", "0-2", "-n", "1"]
-    direct = subprocess.run([*TACKROOM, "eval", *common, "--policy", "hf:bundled",
-                             "--db", str(tmp_path / "a.duckdb")], capture_output=True,
-                            text=True, env=ENV, timeout=600)
+    direct = run_cli("eval", *common, "--policy", "hf:bundled", "--db", str(tmp_path / "a.duckdb"),
+                     cwd=tmp_path, timeout=600)
     assert direct.returncode == 0, direct.stderr
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([*TACKROOM, "serve", str(BUNDLED_DIR), "--port", str(port),
-                               "--threads", "1"], env=ENV, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
+                               "--threads", "1"], env={**os.environ, **CLI_ENV},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}/v1"
         deadline = time.time() + 120
@@ -73,9 +63,8 @@ def test_bundled_in_process_and_through_serve_succeed_alike_on_miniwob(tmp_path:
                 assert server.poll() is None, server.stderr.read()
                 assert time.time() < deadline, "server did not come up"
                 time.sleep(0.3)
-        served = subprocess.run([*TACKROOM, "eval", *common, "--policy", f"openai:{name}",
-                                 "--base-url", url, "--db", str(tmp_path / "b.duckdb")],
-                                capture_output=True, text=True, env=ENV, timeout=600)
+        served = run_cli("eval", *common, "--policy", f"openai:{name}", "--base-url", url,
+                         "--db", str(tmp_path / "b.duckdb"), cwd=tmp_path, timeout=600)
         assert served.returncode == 0, served.stderr
     finally:
         server.terminate()

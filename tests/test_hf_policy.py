@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import warnings
 
 import pytest
 
@@ -13,22 +12,17 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
-from transformers import AutoModelForCausalLM  # noqa: E402
+from conftest import CLICK_TOOLS  # noqa: E402
 
 from tackroom.core import Outcome, PolicyError, Sampling  # noqa: E402
 from tackroom.core.errors import ContextLengthExceeded  # noqa: E402
 from tackroom.core.policy import PolicyRequest  # noqa: E402
 from tackroom.harness.spec import load_harness  # noqa: E402
-from tackroom.models import format_tool_call, init_model  # noqa: E402
-from tackroom.models.corpus import harness_corpus  # noqa: E402
+from tackroom.models import format_tool_call  # noqa: E402
 from tackroom.policies.hf_policy import HFPolicy, _Job, make_hf_policy  # noqa: E402
 from tackroom.runner.grid import plan_grid, run_cells  # noqa: E402
 from tackroom.suites import get_suite  # noqa: E402
 
-TOOLS = [{"type": "function", "function": {
-    "name": "click", "description": "Click an element by its number.",
-    "parameters": {"type": "object", "properties": {"ref": {"type": "integer"}},
-                   "required": ["ref"]}}}]
 SYSTEM = {"role": "system", "content": "You are a web agent."}
 
 
@@ -41,34 +35,28 @@ def chat(*users: str) -> list[dict]:
     return msgs
 
 
-def req(messages, tools=TOOLS, **sampling) -> PolicyRequest:
+def req(messages, tools=CLICK_TOOLS, **sampling) -> PolicyRequest:
     sampling.setdefault("max_tokens", 12)
     return PolicyRequest(messages=messages, tools=tools, sampling=Sampling(**sampling))
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return init_model(tmp_path_factory.mktemp("tiny"), size="tiny",
-                      corpus=harness_corpus(seeds=(0,)), seed=0)
-
-
-@pytest.fixture(scope="module")
-def policy(model_dir):
-    return HFPolicy(model_dir, batch_wait_ms=20)
+def policy(tiny_chat_dir):
+    return HFPolicy(tiny_chat_dir, batch_wait_ms=20)
 
 
 def act(policy, request):
     return asyncio.run(policy.act(request))
 
 
-def test_greedy_is_deterministic(policy, model_dir):
+def test_greedy_is_deterministic(policy, tiny_chat_dir):
     a = act(policy, req(chat("Task: click OK")))
     b = act(policy, req(chat("Task: click OK")))
     assert a.token_ids == b.token_ids and a.text == b.text and a.tool_calls == b.tool_calls
     assert a.completion_tokens == len(a.token_ids) == len(a.logprobs) <= 12
-    assert a.prompt_tokens == len(policy.prompt_ids(chat("Task: click OK"), TOOLS))
-    assert a.model == str(model_dir) and a.adapter is None
-    assert policy.id == f"hf:{model_dir}"
+    assert a.prompt_tokens == len(policy.prompt_ids(chat("Task: click OK"), CLICK_TOOLS))
+    assert a.model == str(tiny_chat_dir) and a.adapter is None
+    assert policy.id == f"hf:{tiny_chat_dir}"
     if a.finish_reason == "length":
         assert a.completion_tokens == 12
 
@@ -77,10 +65,10 @@ def test_logprobs_match_score_and_a_forward_pass(policy):
     messages = chat("Task: type hello", "Page: [1] input")
     r = act(policy, req(messages, max_tokens=16, temperature=1.0, seed=7))
     assert len(r.logprobs) == len(r.token_ids) > 0
-    scored = policy.score(messages, r.token_ids, TOOLS)
+    scored = policy.score(messages, r.token_ids, CLICK_TOOLS)
     assert max(abs(a - b) for a, b in zip(scored, r.logprobs, strict=True)) < 1e-4
     # By hand: the model's distribution at temperature 1, whatever the sampling.
-    prompt = policy.prompt_ids(messages, TOOLS)
+    prompt = policy.prompt_ids(messages, CLICK_TOOLS)
     ids = torch.tensor([prompt + r.token_ids])
     with torch.no_grad():
         logits = policy.model(input_ids=ids).logits[0]
@@ -147,10 +135,10 @@ def test_shared_prompt_prefix_is_run_once_and_changes_nothing(policy, monkeypatc
     assert shared[0] == len(prompts[0]) - 1
 
 
-def test_system_block_keys_values_are_reused_across_batches(model_dir, policy, monkeypatch):
+def test_system_block_keys_values_are_reused_across_batches(tiny_chat_dir, policy, monkeypatch):
     """A harness's system block is prefilled once; later turns (batches of one here) reuse
     its keys/values and get exactly what a policy without the cache gets."""
-    plain = HFPolicy(model_dir)
+    plain = HFPolicy(tiny_chat_dir)
     plain.prefix_cache = False
     requests = [req(chat("Task: click OK")),
                 req(chat("Task: type hello", "Page:\n[1] input_text\n[2] button"), max_tokens=6),
@@ -176,8 +164,8 @@ def test_system_block_keys_values_are_reused_across_batches(model_dir, policy, m
     policy.set_version(None)
 
 
-def test_batches_are_grouped(model_dir):
-    p = HFPolicy(model_dir, max_batch=2, batch_wait_ms=50)
+def test_batches_are_grouped(tiny_chat_dir):
+    p = HFPolicy(tiny_chat_dir, max_batch=2, batch_wait_ms=50)
     sizes = []
     inner = p._generate
     p._generate = lambda batch: sizes.append(len(batch)) or inner(batch)
@@ -203,9 +191,9 @@ def test_seeded_sampling_is_reproducible(policy):
     assert nucleus.token_ids == g.token_ids
 
 
-def test_checkpoint_generation_defaults_do_not_leak(model_dir, policy, tmp_path):
+def test_checkpoint_generation_defaults_do_not_leak(tiny_chat_dir, policy, tmp_path):
     """Greedy means argmax of the model's logits, whatever generation_config.json says."""
-    copy = shutil.copytree(model_dir, tmp_path / "m")
+    copy = shutil.copytree(tiny_chat_dir, tmp_path / "m")
     gc = json.loads((copy / "generation_config.json").read_text())
     gc.update(do_sample=True, temperature=0.1, top_k=2, repetition_penalty=3.0,
               no_repeat_ngram_size=1)
@@ -214,12 +202,12 @@ def test_checkpoint_generation_defaults_do_not_leak(model_dir, policy, tmp_path)
     assert act(HFPolicy(copy), r).token_ids == act(policy, r).token_ids
 
 
-def test_prompt_longer_than_the_context_is_a_budget_error(model_dir):
-    p = HFPolicy(model_dir)
+def test_prompt_longer_than_the_context_is_a_budget_error(tiny_chat_dir):
+    p = HFPolicy(tiny_chat_dir)
     p.max_positions = 20
     with pytest.raises(ContextLengthExceeded, match="does not fit"):
         act(p, req(chat("a prompt that is certainly longer than twenty tokens")))
-    p.max_positions = len(p.prompt_ids(chat("hi"), TOOLS)) + 3
+    p.max_positions = len(p.prompt_ids(chat("hi"), CLICK_TOOLS)) + 3
     r = act(p, req(chat("hi"), max_tokens=50))  # max_tokens is cut to what fits
     assert r.completion_tokens <= 3
 
@@ -262,35 +250,18 @@ def test_malformed_tool_call_is_a_parse_error_not_an_exception(policy):
     assert parsed.error and "not valid JSON" in parsed.error
 
 
-@pytest.fixture(scope="module")
-def adapter_dir(model_dir, tmp_path_factory):
-    base = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
-    with warnings.catch_warnings():  # peft uses an API transformers 5 deprecates
-        warnings.simplefilter("ignore", FutureWarning)
-        lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8,
-                                                         target_modules=["q_proj", "v_proj"]))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, param in lora.named_parameters():
-            if "lora_B" in name:  # zero at init: make the adapter do something
-                param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
-    out = tmp_path_factory.mktemp("adapter")
-    lora.save_pretrained(out)
-    return out
-
-
-def test_lora_adapter_changes_outputs_and_is_reported(model_dir, adapter_dir):
-    p = HFPolicy(model_dir)
+def test_lora_adapter_changes_outputs_and_is_reported(tiny_chat_dir, lora_adapter_dir):
+    p = HFPolicy(tiny_chat_dir)
     messages = chat("Task: click OK")
     base = act(p, req(messages, max_tokens=8))
-    p.load_adapter("step1", adapter_dir)
+    p.load_adapter("step1", lora_adapter_dir)
     assert p.adapter is None and act(p, req(messages, max_tokens=8)).token_ids == base.token_ids
     p.set_adapter("step1")
     tuned = act(p, req(messages, max_tokens=8))
     assert tuned.adapter == "step1"
-    scored_base = p.score(messages, tuned.token_ids, TOOLS, adapter=None)
+    scored_base = p.score(messages, tuned.token_ids, CLICK_TOOLS, adapter=None)
     assert max(abs(a - b) for a, b in zip(scored_base, tuned.logprobs, strict=True)) > 1e-3
-    scored = p.score(messages, tuned.token_ids, TOOLS)
+    scored = p.score(messages, tuned.token_ids, CLICK_TOOLS)
     assert max(abs(a - b) for a, b in zip(scored, tuned.logprobs, strict=True)) < 1e-4
 
     async def mixed():
@@ -308,12 +279,12 @@ def test_lora_adapter_changes_outputs_and_is_reported(model_dir, adapter_dir):
         p.set_adapter("nope")
 
 
-def test_adapter_from_spec(model_dir, adapter_dir):
-    p = make_hf_policy(f"hf:{model_dir}:{adapter_dir}", max_batch="4", batch_wait_ms="1")
-    assert p.id == f"hf:{model_dir}:{adapter_dir}" and p.max_batch == 4
+def test_adapter_from_spec(tiny_chat_dir, lora_adapter_dir):
+    p = make_hf_policy(f"hf:{tiny_chat_dir}:{lora_adapter_dir}", max_batch="4", batch_wait_ms="1")
+    assert p.id == f"hf:{tiny_chat_dir}:{lora_adapter_dir}" and p.max_batch == 4
     r = act(p, req(chat("hi"), max_tokens=4))
-    assert r.adapter == p.adapter == adapter_dir.name
-    assert p.describe()["adapters"] == {adapter_dir.name: str(adapter_dir)}
+    assert r.adapter == p.adapter == lora_adapter_dir.name
+    assert p.describe()["adapters"] == {lora_adapter_dir.name: str(lora_adapter_dir)}
 
 
 def test_bad_model_dir_is_one_clear_line(tmp_path):

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
+from conftest import run_cli
 
 from tackroom.core import Outcome, Sampling
 from tackroom.harness.spec import load_harness
@@ -26,12 +25,9 @@ HARNESSES = "som-tools,html-commands,outline-coords"
 
 def test_cli_eval_experts_across_the_three_harnesses(tmp_path):
     db = str(tmp_path / "r.duckdb")
-    p = subprocess.run(
-        [sys.executable, "-m", "tackroom.cli", "eval", "--suite", "miniwob", "--tasks",
-         "click-test-2,enter-text,click-checkboxes,login-user", "--harness", HARNESSES,
-         "--policy", "expert", "--seeds", "0-1", "--db", db],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-        env={**os.environ, "COLUMNS": "200"})
+    p = run_cli("eval", "--suite", "miniwob", "--tasks",
+                "click-test-2,enter-text,click-checkboxes,login-user", "--harness", HARNESSES,
+                "--policy", "expert", "--seeds", "0-1", "--db", db, cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Success per task" in p.stdout and "Success by harness × policy" in p.stdout
     with RecordStore(db) as store:

@@ -10,6 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
+from conftest import CLICK_TOOLS  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
@@ -24,11 +25,6 @@ from tackroom.models import (  # noqa: E402
     weights_sha256,
 )
 from tackroom.models.corpus import harness_corpus  # noqa: E402
-
-TOOLS = [{"type": "function", "function": {
-    "name": "click", "description": "Click an element by its number.",
-    "parameters": {"type": "object", "properties": {"ref": {"type": "integer"}},
-                   "required": ["ref"]}}}]
 
 
 @pytest.fixture(scope="module")
@@ -148,10 +144,10 @@ CONVERSATION = [
 
 def test_chat_template_renders_tools_and_calls(tiny):
     tok = AutoTokenizer.from_pretrained(tiny, local_files_only=True)
-    text = tok.apply_chat_template(CONVERSATION, tools=TOOLS, tokenize=False,
+    text = tok.apply_chat_template(CONVERSATION, tools=CLICK_TOOLS, tokenize=False,
                                    add_generation_prompt=True)
     assert text.startswith("<|im_start|>system\nYou are a web agent.\n\n# Tools\n")
-    assert "<tools>\n" + json.dumps(TOOLS[0], ensure_ascii=False) + "\n</tools>" in text
+    assert "<tools>\n" + json.dumps(CLICK_TOOLS[0], ensure_ascii=False) + "\n</tools>" in text
     assert ("<|im_start|>assistant\n<tool_call>\n{\"name\": \"click\", \"arguments\": "
             "{\"ref\": 3}}\n</tool_call><|im_end|>\n") in text
     assert ("<|im_start|>tool\n<tool_response>\nerror: no such element\n"
@@ -162,7 +158,7 @@ def test_chat_template_renders_tools_and_calls(tiny):
     plain = tok.apply_chat_template(CONVERSATION[1:2], tokenize=False)
     assert plain == "<|im_start|>user\n" + CONVERSATION[1]["content"] + "<|im_end|>\n"
     # Byte-level BPE: the rendered prompt survives encode/decode.
-    ids = tok.apply_chat_template(CONVERSATION, tools=TOOLS, add_generation_prompt=True,
+    ids = tok.apply_chat_template(CONVERSATION, tools=CLICK_TOOLS, add_generation_prompt=True,
                                   return_dict=False)
     assert tok.decode(ids) == text
 
@@ -171,7 +167,7 @@ def test_chat_template_round_trips_replies(tiny):
     """What the template writes for an assistant turn, parse_tool_calls reads back."""
     tok = AutoTokenizer.from_pretrained(tiny, local_files_only=True)
     for msg in (CONVERSATION[2], CONVERSATION[5]):
-        rendered = tok.apply_chat_template([msg], tools=TOOLS, tokenize=False)
+        rendered = tok.apply_chat_template([msg], tools=CLICK_TOOLS, tokenize=False)
         body = rendered.split("<|im_start|>assistant\n", 1)[1].split("<|im_end|>", 1)[0]
         text, calls = parse_tool_calls(body)
         assert text == msg["content"]
@@ -181,13 +177,13 @@ def test_chat_template_round_trips_replies(tiny):
         # ... and writing the parsed calls again gives the same turn.
         again = [{"role": "assistant", "content": text,
                   "tool_calls": [c.to_dict() for c in calls]}]
-        assert tok.apply_chat_template(again, tools=TOOLS, tokenize=False) == rendered
+        assert tok.apply_chat_template(again, tools=CLICK_TOOLS, tokenize=False) == rendered
     assert body.endswith(format_tool_call("type", '{"ref": 4, "text": "hi"}'))
 
 
 def test_assistant_mask_marks_model_tokens(tiny):
     tok = AutoTokenizer.from_pretrained(tiny, local_files_only=True)
-    out = tok.apply_chat_template(CONVERSATION[:3], tools=TOOLS, return_dict=True,
+    out = tok.apply_chat_template(CONVERSATION[:3], tools=CLICK_TOOLS, return_dict=True,
                                   return_assistant_tokens_mask=True)
     mine = [i for i, m in zip(out["input_ids"], out["assistant_masks"], strict=True) if m]
     assert tok.decode(mine) == (

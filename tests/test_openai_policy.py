@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 import time
 
 import pytest
+from conftest import free_port
 
 from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
 from tackroom.core.policy import Policy, PolicyRequest, Sampling, ToolCall
@@ -39,12 +39,6 @@ def fast_policy(base_url: str, **kw) -> OpenAIPolicy:
 
 def req(**sampling) -> PolicyRequest:
     return PolicyRequest(messages=MESSAGES, sampling=Sampling(**sampling))
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def test_text_reply_and_request_shape() -> None:
@@ -151,7 +145,7 @@ async def test_dropped_connection_is_retried() -> None:
 
 
 async def test_unreachable_server_is_quick_clear_infra_error() -> None:
-    url = f"http://127.0.0.1:{closed_port()}/v1"
+    url = f"http://127.0.0.1:{free_port()}/v1"
     async with fast_policy(url) as policy:
         with pytest.raises(InfraError) as ei:
             await policy.act(req())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from conftest import check_parse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,12 +35,7 @@ tool_calls = st.lists(st.builds(ToolCall, st.text(max_size=5),
 def test_no_output_makes_a_parser_raise(text, calls):
     response = PolicyResponse(text=text, tool_calls=calls)
     for session in SESSIONS:
-        parsed = session.parse(response)
-        if parsed.error is None:
-            assert parsed.actions, "a successful parse yields at least one action"
-        else:
-            assert isinstance(parsed.error, str) and parsed.error
-            assert session.feedback_for_parse_error(parsed.error)
+        check_parse(session, response)
 
 
 # -- the shell harnesses (terminal suite): fences, submit lines, keystroke tool calls ----------
@@ -68,13 +64,7 @@ keys_calls = st.lists(st.builds(ToolCall, st.text(max_size=3),
 def test_shell_parsers_never_raise(text, calls):
     response = PolicyResponse(text=text, tool_calls=calls)
     for session in TERMINAL:
-        parsed = session.parse(response)
-        if parsed.error is None:
-            assert parsed.actions
-            for action in parsed.actions:
-                value = getattr(action, "cmd", None) or getattr(action, "text", "")
-                assert "\x00" not in value
-                value.encode("utf-8")
-        else:
-            assert isinstance(parsed.error, str) and parsed.error
-            assert parsed.error in session.feedback_for_parse_error(parsed.error)
+        for action in check_parse(session, response).actions:
+            value = getattr(action, "cmd", None) or getattr(action, "text", "")
+            assert "\x00" not in value
+            value.encode("utf-8")

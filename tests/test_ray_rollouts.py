@@ -8,27 +8,17 @@ action of every turn — recorded by the driver through the same writer.
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from tackroom.records import RecordStore
 
 # find_spec, not importorskip: importing Ray at collection costs seconds.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="needs the scale extra: pip install 'tackroom[scale]'")
-TACKROOM = [sys.executable, "-m", "tackroom.cli"]
 GRID = ["--suite", "toy", "--tasks", "click-button,enter-text,login-user",
         "--harness", "som-tools,html-commands", "--policy", "expert", "--seeds", "0-2", "-n", "4"]
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run([*TACKROOM, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=240, env=env)
 
 
 def episodes(db: str) -> dict[str, tuple]:
@@ -43,9 +33,9 @@ def episodes(db: str) -> dict[str, tuple]:
 @pytest.mark.slow
 def test_ray_workers_record_the_same_episodes_as_a_local_run(tmp_path):
     local, on_ray = str(tmp_path / "local.duckdb"), str(tmp_path / "ray.duckdb")
-    p = cli("eval", *GRID, "--db", local, cwd=tmp_path)
+    p = run_cli("eval", *GRID, "--db", local, cwd=tmp_path, timeout=240)
     assert p.returncode == 0, p.stderr
-    p = cli("eval", *GRID, "--ray", "--db", on_ray, cwd=tmp_path)
+    p = run_cli("eval", *GRID, "--ray", "--db", on_ray, cwd=tmp_path, timeout=240)
     assert p.returncode == 0, p.stderr
     assert "Ray rollout worker(s)" in p.stdout and "18/18" in p.stdout
 

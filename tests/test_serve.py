@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 
 import pytest
 
@@ -26,12 +25,13 @@ pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 openai = pytest.importorskip("openai")
 
+from conftest import CLICK_TOOLS, free_port  # noqa: E402
+
 from tackroom.core import Sampling  # noqa: E402
 from tackroom.core.errors import ConfigError, ContextLengthExceeded, PolicyError  # noqa: E402
 from tackroom.core.policy import PolicyRequest, PolicyResponse  # noqa: E402
 from tackroom.harness.spec import load_harness  # noqa: E402
-from tackroom.models import format_tool_call, init_model  # noqa: E402
-from tackroom.models.corpus import harness_corpus  # noqa: E402
+from tackroom.models import format_tool_call  # noqa: E402
 from tackroom.policies.hf_policy import HFPolicy  # noqa: E402
 from tackroom.policies.openai_policy import OpenAIPolicy  # noqa: E402
 from tackroom.runner.grid import plan_grid, run_cells  # noqa: E402
@@ -46,10 +46,6 @@ from tackroom.serve import (  # noqa: E402
 )
 from tackroom.suites import get_suite  # noqa: E402
 
-TOOLS = [{"type": "function", "function": {
-    "name": "click", "description": "Click an element by its number.",
-    "parameters": {"type": "object", "properties": {"ref": {"type": "integer"}},
-                   "required": ["ref"]}}}]
 SYSTEM = {"role": "system", "content": "You are a web agent."}
 KEY = "sk-serve-test-0123456789"
 
@@ -88,39 +84,14 @@ def one_torch_thread():
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return init_model(tmp_path_factory.mktemp("serve") / "tiny-chat", size="tiny",
-                      corpus=harness_corpus(seeds=(0,)), seed=0)
+def direct(tiny_chat_dir):
+    return HFPolicy(tiny_chat_dir)
 
 
 @pytest.fixture(scope="module")
-def adapter_dir(model_dir, tmp_path_factory):
-    from transformers import AutoModelForCausalLM
-
-    base = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
-    with warnings.catch_warnings():  # peft uses an API transformers 5 deprecates
-        warnings.simplefilter("ignore", FutureWarning)
-        lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8,
-                                                         target_modules=["q_proj", "v_proj"]))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, param in lora.named_parameters():
-            if "lora_B" in name:  # zero at init: make the adapter do something
-                param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
-    out = tmp_path_factory.mktemp("adapter")
-    lora.save_pretrained(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def direct(model_dir):
-    return HFPolicy(model_dir)
-
-
-@pytest.fixture(scope="module")
-def srv(model_dir, adapter_dir):
-    policy = ScriptedHF(model_dir, batch_wait_ms=50)
-    with ServerThread(policy=policy, adapters={"tuned": str(adapter_dir)}) as s:
+def srv(tiny_chat_dir, lora_adapter_dir):
+    policy = ScriptedHF(tiny_chat_dir, batch_wait_ms=50)
+    with ServerThread(policy=policy, adapters={"tuned": str(lora_adapter_dir)}) as s:
         yield s
 
 
@@ -161,30 +132,30 @@ def test_models_lists_the_base_model_and_its_adapters(srv, client):
 
 def test_chat_with_tools_is_a_well_formed_completion(srv, client, direct):
     messages = chat("Task: click OK")
-    r = create(client, srv, messages, tools=TOOLS, tool_choice="auto",
+    r = create(client, srv, messages, tools=CLICK_TOOLS, tool_choice="auto",
                extra_body={"return_token_ids": True})
     choice = r.choices[0]
     assert r.object == "chat.completion" and r.model == "tiny-chat"
     assert choice.message.role == "assistant" and choice.finish_reason in ("stop", "length")
-    prompt = direct.prompt_ids(messages, TOOLS)
+    prompt = direct.prompt_ids(messages, CLICK_TOOLS)
     extra = r.model_extra
     assert extra["prompt_token_ids"] == prompt
     ids = choice.model_extra["token_ids"]
     assert r.usage.prompt_tokens == len(prompt) and r.usage.completion_tokens == len(ids) <= 12
     # The same tokens as the in-process policy, greedy.
-    mine = asyncio.run(direct.act(PolicyRequest(messages, TOOLS, Sampling(max_tokens=12))))
+    mine = asyncio.run(direct.act(PolicyRequest(messages, CLICK_TOOLS, Sampling(max_tokens=12))))
     assert ids == mine.token_ids and choice.message.content == mine.text
 
     # A tool call the model writes comes back as message.tool_calls.
     said = "Let me click.\n" + format_tool_call("click", {"ref": 3})
-    r = create(client, srv, chat("SAY:" + said), tools=TOOLS)
+    r = create(client, srv, chat("SAY:" + said), tools=CLICK_TOOLS)
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me click."
     [tc] = choice.message.tool_calls
     assert tc.type == "function" and tc.function.name == "click"
     assert json.loads(tc.function.arguments) == {"ref": 3} and tc.id.startswith("call_")
     # tool_choice "none": the tools are shown to the model but the reply is not parsed.
-    r = create(client, srv, chat("SAY:" + said), tools=TOOLS, tool_choice="none")
+    r = create(client, srv, chat("SAY:" + said), tools=CLICK_TOOLS, tool_choice="none")
     assert r.choices[0].message.tool_calls is None and r.choices[0].message.content == said
 
 
@@ -202,7 +173,7 @@ def test_a_broken_tool_call_comes_back_as_text(srv, client, direct):
     # The reply builder, on real tokens.
     tok = direct.tokenizer
     ids = tok.encode(broken, add_special_tokens=False) + [tok.eos_token_id]
-    req = ChatRequest(model="m", adapter=None, messages=chat("x"), tools=TOOLS,
+    req = ChatRequest(model="m", adapter=None, messages=chat("x"), tools=CLICK_TOOLS,
                       parse_tools=True, logprobs=True)
     c = build_completion(PolicyResponse(token_ids=ids, logprobs=[-1.0] * len(ids),
                                         prompt_tokens=5), req, _Vocab(tok), direct.stop_ids)
@@ -210,7 +181,7 @@ def test_a_broken_tool_call_comes_back_as_text(srv, client, direct):
     assert c.token_ids == ids and len(c.logprob_entries) == len(ids)
 
     # And over HTTP: 200, the text as content, no tool calls.
-    r = create(client, srv, chat("SAY:" + broken), tools=TOOLS)
+    r = create(client, srv, chat("SAY:" + broken), tools=CLICK_TOOLS)
     assert r.choices[0].message.content == broken
     assert r.choices[0].message.tool_calls is None and r.choices[0].finish_reason == "stop"
 
@@ -219,9 +190,9 @@ def test_streaming_concatenates_to_the_non_streaming_reply(srv, client):
     said = "Let me click.\n" + format_tool_call("click", {"ref": 3})
     cases = [
         ({"messages": chat("Task: type hello")}),  # greedy, no tools
-        ({"messages": chat("Task: type hello"), "tools": TOOLS,  # sampled: bytes, odd text
+        ({"messages": chat("Task: type hello"), "tools": CLICK_TOOLS,  # sampled: bytes, odd text
           "temperature": 1.0, "seed": 5, "max_tokens": 40}),
-        ({"messages": chat("SAY:" + said), "tools": TOOLS}),  # text and a tool call
+        ({"messages": chat("SAY:" + said), "tools": CLICK_TOOLS}),  # text and a tool call
         ({"messages": chat("SAY:naïve café ☕ done"), "max_tokens": 40}),  # multi-byte text
     ]
     for kw in cases:
@@ -261,13 +232,13 @@ def test_streaming_concatenates_to_the_non_streaming_reply(srv, client):
 
 def test_logprobs_equal_the_forward_pass(srv, client, direct):
     messages = chat("Task: type hello\nPage: [1] input")
-    r = create(client, srv, messages, tools=TOOLS, temperature=1.0, seed=7, max_tokens=16,
+    r = create(client, srv, messages, tools=CLICK_TOOLS, temperature=1.0, seed=7, max_tokens=16,
                logprobs=True, top_logprobs=0, extra_body={"return_token_ids": True})
     choice = r.choices[0]
     ids = choice.model_extra["token_ids"]
     served = [t.logprob for t in choice.logprobs.content]
     assert len(ids) == len(served) == r.usage.completion_tokens > 0
-    scored = direct.score(messages, ids, TOOLS)
+    scored = direct.score(messages, ids, CLICK_TOOLS)
     assert max(abs(a - b) for a, b in zip(scored, served, strict=True)) < 1e-4
     prompt = r.model_extra["prompt_token_ids"]
     x = torch.tensor([prompt + ids])
@@ -281,7 +252,7 @@ def test_logprobs_equal_the_forward_pass(srv, client, direct):
         if tid not in direct.stop_ids:
             assert bytes(entry.bytes) == _Vocab(direct.tokenizer).token_bytes(tid)
     # Seeded sampling is the in-process policy's, token for token.
-    mine = asyncio.run(direct.act(PolicyRequest(messages, TOOLS, Sampling(
+    mine = asyncio.run(direct.act(PolicyRequest(messages, CLICK_TOOLS, Sampling(
         temperature=1.0, seed=7, max_tokens=16))))
     assert ids == mine.token_ids
 
@@ -296,10 +267,10 @@ def test_stop_strings_cut_the_text_and_the_tokens(srv, client):
         c.model_extra["token_ids"])
 
 
-def test_adapters_are_chosen_by_model_name(srv, client, model_dir, adapter_dir):
+def test_adapters_are_chosen_by_model_name(srv, client, tiny_chat_dir, lora_adapter_dir):
     messages = chat("Task: click OK")
-    ref = HFPolicy(model_dir)
-    ref.load_adapter("tuned", adapter_dir)
+    ref = HFPolicy(tiny_chat_dir)
+    ref.load_adapter("tuned", lora_adapter_dir)
     ref.set_adapter("tuned")
     want = asyncio.run(ref.act(PolicyRequest(messages, None, Sampling(max_tokens=8))))
     base = create(client, srv, messages, max_tokens=8, extra_body={"return_token_ids": True})
@@ -399,7 +370,7 @@ def test_bad_requests_are_400s_with_clear_messages(srv, client):
                                   {"Content-Type": "application/json"})
     assert status == 400 and "not valid JSON" in body["error"]["message"]
     bad = [({"n": 2}, "n=1"), ({"top_logprobs": 3, "logprobs": True}, "top_logprobs"),
-           ({"tool_choice": "required", "tools": TOOLS}, "tool_choice"),
+           ({"tool_choice": "required", "tools": CLICK_TOOLS}, "tool_choice"),
            ({"temperature": 3}, "temperature"), ({"max_tokens": 0}, "max_tokens"),
            ({"messages": []}, "messages"), ({"presence_penalty": 0.5}, "presence_penalty")]
     for extra, word in bad:
@@ -426,8 +397,8 @@ def test_bad_requests_are_400s_with_clear_messages(srv, client):
         srv.policy.max_positions = before
 
 
-def test_bearer_token_is_enforced(model_dir):
-    with ServerThread(model_dir, api_key=KEY) as s:
+def test_bearer_token_is_enforced(tiny_chat_dir):
+    with ServerThread(tiny_chat_dir, api_key=KEY) as s:
         for key in ("EMPTY", KEY[:-1] + "x"):
             c = openai.OpenAI(base_url=s.base_url, api_key=key, max_retries=0)
             with pytest.raises(openai.AuthenticationError):
@@ -458,12 +429,10 @@ def test_bad_model_dir_is_one_clear_line(tmp_path, srv):
         s.connect(("127.0.0.1", srv.port))
 
 
-def test_serve_main_serves_until_interrupted(model_dir):
+def test_serve_main_serves_until_interrupted(tiny_chat_dir):
     """The CLI's entry point, as a process: it blocks, serves, and stops cleanly on SIGTERM."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    code = f"from tackroom.serve import serve_main; serve_main({str(model_dir)!r}, port={port})"
+    port = free_port()
+    code = f"from tackroom.serve import serve_main; serve_main({str(tiny_chat_dir)!r}, port={port})"
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 45
@@ -502,7 +471,7 @@ def _short(tmp_path, base: str):
     Sampling(max_tokens=16, logprobs=True),  # greedy
     Sampling(max_tokens=16, temperature=1.0, seed=5, logprobs=True),  # seeded: varied text
 ], ids=["greedy", "seeded"])
-def test_served_episodes_equal_in_process_episodes(model_dir, direct, tmp_path, sampling):
+def test_served_episodes_equal_in_process_episodes(tiny_chat_dir, direct, tmp_path, sampling):
     suite = get_suite("toy")
     tasks = [t for t in suite.tasks() if t.id in ("click-button", "enter-text")]
     harnesses = [_short(tmp_path, "som-tools"), _short(tmp_path, "html-commands")]
@@ -517,7 +486,7 @@ def test_served_episodes_equal_in_process_episodes(model_dir, direct, tmp_path, 
         eps = await run_cells(plan.cells, suite, "run", concurrency=1)
         return {(e.task, e.harness, e.seed): e for e in eps}
 
-    with ServerThread(model_dir, batch_wait_ms=5) as s:
+    with ServerThread(tiny_chat_dir, batch_wait_ms=5) as s:
         async def served():
             policy = OpenAIPolicy(s.model_name, base_url=s.base_url)
             try:

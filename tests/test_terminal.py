@@ -7,14 +7,12 @@ real CLI and runner.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import one_line_error, run_cli
 
 from tackroom.core.actions import Press, Shell, Submit, TypeText
 from tackroom.core.policy import PolicyResponse, ToolCall
@@ -29,22 +27,6 @@ from tackroom.suites.terminal.importer import import_tasks
 from tackroom.suites.terminal.taskdir import load_task
 
 pytestmark = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap cannot run here")
-TACKROOM = [sys.executable, "-m", "tackroom.cli"]
-
-
-def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
-        timeout: float = 300) -> subprocess.CompletedProcess:
-    full = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}
-    return subprocess.run([*TACKROOM, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=full)
-
-
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr + proc.stdout
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +80,8 @@ def test_every_solution_passes_and_every_untouched_task_fails(suite):
 def test_expert_solves_every_task_through_both_shell_harnesses(tmp_path):
     """`tackroom eval --suite terminal --policy expert`: the real CLI, runner and parsers."""
     db = str(tmp_path / "r.duckdb")
-    p = cli("eval", "--suite", "terminal", "--policy", "expert", "--seeds", "0", "-n", "8",
-            "--db", db, cwd=tmp_path, env={"TACKROOM_TASKS": str(tmp_path / "none")})
+    p = run_cli("eval", "--suite", "terminal", "--policy", "expert", "--seeds", "0", "-n", "8",
+                "--db", db, cwd=tmp_path, env_extra={"TACKROOM_TASKS": str(tmp_path / "none")})
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     with RecordStore(db) as store:
         (run,) = store.runs()
@@ -275,31 +257,31 @@ def test_cli_import_then_eval_the_imported_task(tmp_path):
     _terminal_bench_task(src, "tb-cli", run_tests="bash $TEST_DIR/check_answer.sh\n")
     write_task(src, "needs-net", test="curl -s http://example.com > /dev/null")
     env = {"TACKROOM_TASKS": str(tmp_path / "tasks")}
-    p = cli("tasks", "import", str(src), cwd=tmp_path, env=env)
+    p = run_cli("tasks", "import", str(src), cwd=tmp_path, env_extra=env)
     assert p.returncode == 0, p.stderr
     assert "imported tb-cli" in p.stdout
     assert "skipped  needs-net: tests/test.sh runs 'curl' (needs the network)" in p.stdout
-    listing = cli("tasks", "--suite", "terminal", cwd=tmp_path, env=env)
+    listing = run_cli("tasks", "--suite", "terminal", cwd=tmp_path, env_extra=env)
     assert "tb-cli" in listing.stdout and "csv-column-sum" in listing.stdout
     db = str(tmp_path / "r.duckdb")
-    p = cli("eval", "--suite", "terminal", "--tasks", "tb-cli", "--seeds", "0", "--db", db,
-            cwd=tmp_path, env=env)
+    p = run_cli("eval", "--suite", "terminal", "--tasks", "tb-cli", "--seeds", "0", "--db", db,
+                cwd=tmp_path, env_extra=env)
     assert p.returncode == 0, p.stderr
     assert p.stdout.count("100%") >= 2  # both harnesses
 
 
 def test_bad_input_is_one_clear_line(tmp_path):
-    err = one_line_error(cli("tasks", "import", str(tmp_path / "nope"), cwd=tmp_path))
+    err = one_line_error(run_cli("tasks", "import", str(tmp_path / "nope"), cwd=tmp_path))
     assert "no such directory" in err
     (tmp_path / "empty").mkdir()
-    err = one_line_error(cli("tasks", "import", str(tmp_path / "empty"), cwd=tmp_path))
+    err = one_line_error(run_cli("tasks", "import", str(tmp_path / "empty"), cwd=tmp_path))
     assert "no task directories found" in err
-    err = one_line_error(cli("eval", "--suite", "terminal", "--tasks", "no-such-task",
-                             "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path))
+    err = one_line_error(run_cli("eval", "--suite", "terminal", "--tasks", "no-such-task",
+                                 "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path))
     assert "no-such-task" in err
     write_task(tmp_path / "tasks" / "terminal", "bad-toml", toml="[agent\n")
-    err = one_line_error(cli("tasks", "--suite", "terminal", cwd=tmp_path,
-                             env={"TACKROOM_TASKS": str(tmp_path / "tasks")}))
+    err = one_line_error(run_cli("tasks", "--suite", "terminal", cwd=tmp_path,
+                                 env_extra={"TACKROOM_TASKS": str(tmp_path / "tasks")}))
     assert "task.toml is not valid TOML" in err and "bad-toml" in err
 
 

@@ -141,27 +141,16 @@ def test_page_structure_and_geometry(task_id):
 # -- experts ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("how", "seeds"), [
+    ({}, 50),                     # one action per turn, by ref
+    ({"coords": True}, 50),       # clicking at element centres
+    ({"first_only": False}, 20),  # the whole plan of each turn
+], ids=["refs", "coordinates", "whole-plan"])
 @pytest.mark.parametrize("task_id", IDS)
-def test_expert_solves_every_seed(task_id):
+def test_expert_solves_every_seed(task_id, how, seeds):
     task = SUITE.task(task_id)
-    for seed in range(50):
-        ok, _ = run_expert(task, seed)
-        assert ok, f"{task_id} seed {seed}"
-
-
-@pytest.mark.parametrize("task_id", IDS)
-def test_expert_solves_with_coordinates(task_id):
-    task = SUITE.task(task_id)
-    for seed in range(50):
-        ok, _ = run_expert(task, seed, coords=True)
-        assert ok, f"{task_id} seed {seed}"
-
-
-@pytest.mark.parametrize("task_id", IDS)
-def test_expert_whole_plan(task_id):
-    task = SUITE.task(task_id)
-    for seed in range(20):
-        ok, _ = run_expert(task, seed, first_only=False)
+    for seed in range(seeds):
+        ok, _ = run_expert(task, seed, **how)
         assert ok, f"{task_id} seed {seed}"
 
 

@@ -31,14 +31,12 @@ from typing import Any
 from tackroom.analysis.stats import TaskTable, pass_at_k, wilson_mean
 
 __all__ = [
-    "EXPERT", "ESTIMATORS", "CeilingEstimate", "PassAtK", "ceilings", "ceilings_from_table",
+    "EXPERT", "CeilingEstimate", "PassAtK", "ceilings", "ceilings_from_table",
     "best_ceiling", "best_ceilings", "pass_at_k_table",
 ]
 
 #: The policy id of the scripted expert (``tackroom.policies.expert``).
 EXPERT = "expert"
-#: Estimator names, in the order :func:`ceilings` lists them.
-ESTIMATORS = ("expert", "pass@k union", "retrained")
 
 TaskSets = Iterable[str] | Mapping[str, Iterable[str]] | None
 CeilingsArg = Mapping[str, "CeilingEstimate | Sequence[CeilingEstimate]"]
@@ -94,11 +92,6 @@ class CeilingEstimate:
     per_task: dict[str, float] = field(default_factory=dict)
     source: tuple[str, ...] = ()
     pass_at_k: list[PassAtK] = field(default_factory=list)
-
-    def value_on(self, tasks: Iterable[str]) -> float:
-        """The same estimator restricted to a subset of its tasks (mean of ``per_task``)."""
-        vals = [self.per_task.get(t, 0.0) for t in tasks]
-        return sum(vals) / len(vals) if vals else float("nan")
 
 
 def _task_set(table: TaskTable, harness: str, tasks: TaskSets) -> list[str]:

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from tackroom.core.episode import Outcome
+
 
 def wilson(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion (95% by default).
@@ -31,22 +33,25 @@ def wilson(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float,
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-SUCCESS = "success"
-INFRA_ERROR = "infra_error"
+def final_attempts(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Keep the latest attempt of each (task, harness hash, policy, seed, sampling) cell."""
+    best: dict[tuple, Any] = {}
+    for r in rows:
+        key = (r["task"], r["harness_hash"], r["policy"], r["seed"], str(r.get("sampling")))
+        if key not in best or r["attempt"] > best[key]["attempt"]:
+            best[key] = r
+    return list(best.values())
 
 
 def scored_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The rows a success rate may count: latest attempt per cell, infra errors dropped.
 
-    Applies :func:`tackroom.analysis.summary.final_attempts` (one row per
-    (task, harness hash, policy, seed, sampling), the highest ``attempt``)
-    and then removes ``infra_error`` episodes, which are never task failures.
-    Idempotent, so functions may call it on rows already filtered.
+    Applies :func:`final_attempts` (one row per (task, harness hash, policy,
+    seed, sampling), the highest ``attempt``) and then removes ``infra_error``
+    episodes, which are never task failures. Idempotent, so functions may call
+    it on rows already filtered.
     """
-    # Imported here: summary imports this module (for ``wilson``).
-    from tackroom.analysis.summary import final_attempts
-
-    return [r for r in final_attempts(rows) if r["outcome"] != INFRA_ERROR]
+    return [r for r in final_attempts(rows) if r["outcome"] != Outcome.INFRA_ERROR]
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ def rate_of(successes: int, n: int) -> Rate:
 def success_rate(rows: Iterable[Mapping[str, Any]]) -> Rate:
     """Success over the scored episodes of ``rows`` (see :func:`scored_rows`), Wilson interval."""
     scored = scored_rows(rows)
-    return rate_of(sum(1 for r in scored if r["outcome"] == SUCCESS), len(scored))
+    return rate_of(sum(1 for r in scored if r["outcome"] == Outcome.SUCCESS), len(scored))
 
 
 def wilson_mean(mean: float, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -218,7 +223,7 @@ def paired_cells(rows: Iterable[Mapping[str, Any]], a: tuple[str, str], b: tuple
             continue
         cell = sums[side].setdefault((r["task"], r["seed"]), [0, 0])
         cell[0] += 1
-        cell[1] += r["outcome"] == SUCCESS
+        cell[1] += r["outcome"] == Outcome.SUCCESS
     sa, sb = sums[(pol_a, h_a)], sums[(pol_b, h_b)]
     keys = sorted(sa.keys() & sb.keys(), key=_cell_key)
     xa = np.array([sa[k][1] / sa[k][0] for k in keys], dtype=float)
@@ -243,7 +248,7 @@ class TaskTable:
             if cell is None:
                 cell = flat[key] = [0, 0]
             cell[0] += 1
-            cell[1] += r["outcome"] == SUCCESS
+            cell[1] += r["outcome"] == Outcome.SUCCESS
         self.n_episodes = len(scored)
         self.cells: dict[str, dict[str, dict[str, list[int]]]] = {}
         for (h, p, t), cell in flat.items():

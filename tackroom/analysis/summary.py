@@ -12,19 +12,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tackroom.analysis.stats import wilson
+from tackroom.analysis.stats import final_attempts, wilson
+from tackroom.core.episode import Outcome
 
-INFRA = "infra_error"
+__all__ = ["INFRA", "CellSummary", "by_harness_policy", "by_task", "final_attempts"]
 
-
-def final_attempts(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Keep the latest attempt of each (task, harness hash, policy, seed, sampling) cell."""
-    best: dict[tuple, dict[str, Any]] = {}
-    for r in rows:
-        key = (r["task"], r["harness_hash"], r["policy"], r["seed"], str(r.get("sampling")))
-        if key not in best or r["attempt"] > best[key]["attempt"]:
-            best[key] = r
-    return list(best.values())
+#: The outcome never counted in a rate (read by tackroom/report/html.py).
+INFRA = Outcome.INFRA_ERROR
 
 
 @dataclass
@@ -58,7 +52,7 @@ def _summarise(harness: str, policy: str, rows: list[dict[str, Any]]) -> CellSum
     n = len(scored)
     return CellSummary(
         harness=harness, policy=policy, n=n,
-        successes=sum(1 for r in scored if r["outcome"] == "success"),
+        successes=sum(1 for r in scored if r["outcome"] == Outcome.SUCCESS),
         infra_errors=len(rows) - n,
         mean_turns=sum(r["n_turns"] for r in scored) / n if n else 0.0,
         mean_tokens=(sum(r["prompt_tokens"] + r["completion_tokens"] for r in scored) / n

@@ -18,7 +18,6 @@ import numpy as np
 from tackroom.analysis.ceiling import EXPERT, CeilingsArg, best_ceilings
 from tackroom.analysis.mismatch import MismatchEstimate, mismatch_one
 from tackroom.analysis.stats import (
-    SUCCESS,
     BootstrapResult,
     Rate,
     TaskTable,
@@ -26,6 +25,7 @@ from tackroom.analysis.stats import (
     rate_of,
     scored_rows,
 )
+from tackroom.core.episode import Outcome
 
 __all__ = ["TransferMatrix", "transfer_matrix", "Conflation", "conflation", "reported_cells",
            "conflation_pairs"]
@@ -88,7 +88,7 @@ def transfer_matrix(rows: Iterable[Mapping[str, Any]], train_harness: Mapping[st
         if th is None or pol == EXPERT:
             continue
         key = (th, r["harness"])
-        ok = r["outcome"] == SUCCESS
+        ok = r["outcome"] == Outcome.SUCCESS
         cell = counts.setdefault(key, [0, 0])
         cell[0] += 1
         cell[1] += ok
@@ -202,7 +202,7 @@ def _success_rates(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], f
     for r in scored_rows(rows):
         c = counts.setdefault((r["policy"], r["harness"]), [0, 0])
         c[0] += 1
-        c[1] += r["outcome"] == SUCCESS
+        c[1] += r["outcome"] == Outcome.SUCCESS
     return {k: s / n for k, (n, s) in counts.items()}
 
 

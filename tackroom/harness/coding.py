@@ -36,7 +36,6 @@ from tackroom.core.observation import Observation
 from tackroom.core.policy import PolicyResponse
 from tackroom.harness.interfaces import ActionInterface, ActionSpec, Call, Param
 from tackroom.harness.parsers import OutputParser, ParseError
-from tackroom.harness.registry import register_interface, register_parser, renderer
 
 REPO = "/task"
 _PATH = Param("path", "string", "file path relative to the repository root, e.g. pkg/module.py")
@@ -111,7 +110,6 @@ def _files(obs: Observation) -> dict[str, str]:
 
 # -- the renderer --------------------------------------------------------------------------
 
-@renderer("code")
 def render_code(obs: Observation, options: dict[str, Any]) -> str:
     """The last action's result, then the repository as ``files`` says.
 
@@ -619,15 +617,6 @@ class CodeBlockParser(OutputParser):
                 parts.append("<finish></finish>")
         return PolicyResponse(text="\n\n".join(parts))
 
-
-register_interface(EditBlockInterface())
-register_interface(ACIInterface("aci", window=100, lint=True))
-register_interface(ACIInterface("aci_nolint", window=100, lint=False))
-register_interface(CodeActInterface())
-register_interface(CodeToolsInterface())
-register_parser(EditBlockParser())
-register_parser(ACIParser())
-register_parser(CodeBlockParser())
 
 __all__ = ["ACIInterface", "ACIParser", "CodeActInterface", "CodeBlockParser",
            "CodeToolsInterface", "EditBlockInterface", "EditBlockParser", "fenced_blocks",

@@ -15,9 +15,6 @@ from typing import Any
 
 from tackroom.core.actions import Action, Click, ClickAt, Press, Type, TypeText
 from tackroom.core.observation import Observation
-from tackroom.harness.registry import register_interface
-
-_PY_TYPES = {"integer": int, "number": float, "string": str}
 
 
 @dataclass(frozen=True)
@@ -189,9 +186,6 @@ class CoordinateInterface(ActionInterface):
             return [Call("press", {"key": action.key})]
         return None
 
-
-register_interface(ElementRefInterface())
-register_interface(CoordinateInterface())
 
 __all__ = [
     "ActionInterface", "ActionSpec", "Call", "CallError", "CoordinateInterface",

@@ -19,7 +19,6 @@ from typing import Any
 
 from tackroom.core.policy import PolicyResponse, ToolCall
 from tackroom.harness.interfaces import ActionInterface, ActionSpec, Call
-from tackroom.harness.registry import register_parser
 
 
 class ParseError(ValueError):
@@ -51,13 +50,24 @@ def _signature(spec: ActionSpec) -> str:
 
 
 class ToolCallParser(OutputParser):
-    """Native OpenAI function calling: one tool per action."""
+    """Native OpenAI function calling: one tool per action.
+
+    Subclasses adjust it through :meth:`required` (which parameters the
+    schema marks required) and :attr:`no_call_hint` (an example appended to
+    the error shown when the reply has no tool call).
+    """
 
     name = "tool_calls"
+    #: Appended to the "no tool call found" error, e.g. an example call.
+    no_call_hint = ""
 
     def describe(self, interface: ActionInterface) -> str:
         names = ", ".join(_signature(s) for s in interface.specs)
         return f"Act by calling the provided tools ({names}). Do not describe the action in text."
+
+    def required(self, spec: ActionSpec, interface: ActionInterface) -> list[str]:
+        """The parameters of ``spec`` the tool schema marks required: all of them."""
+        return [p.name for p in spec.params]
 
     def tools(self, interface: ActionInterface) -> list[dict[str, Any]]:
         out = []
@@ -69,7 +79,7 @@ class ToolCallParser(OutputParser):
                     "name": s.name,
                     "description": s.description,
                     "parameters": {"type": "object", "properties": props,
-                                   "required": [p.name for p in s.params]},
+                                   "required": self.required(s, interface)},
                 },
             })
         return out
@@ -77,14 +87,16 @@ class ToolCallParser(OutputParser):
     def parse(self, response: PolicyResponse, interface: ActionInterface) -> list[Call]:
         if not response.tool_calls:
             names = ", ".join(s.name for s in interface.specs)
-            raise ParseError(f"no tool call found; call one of the tools: {names}")
+            raise ParseError(f"no tool call found; call one of the tools: {names}"
+                             + self.no_call_hint)
         calls = []
         for tc in response.tool_calls:
             if not tc.name:
                 raise ParseError("a tool call has no function name")
+            raw = tc.arguments if isinstance(tc.arguments, str) else ""
             try:
-                args = json.loads(tc.arguments) if (tc.arguments or "").strip() else {}
-            except (json.JSONDecodeError, TypeError, RecursionError) as e:
+                args = json.loads(raw) if raw.strip() else {}
+            except (ValueError, RecursionError) as e:  # ValueError: JSONDecodeError, huge ints
                 raise ParseError(
                     f"arguments of {tc.name!r} are not valid JSON ({e}); "
                     f"write them as a JSON object"
@@ -271,8 +283,3 @@ def _first_json(text: str) -> Any:
                 if isinstance(value, (dict, list)):
                     return value
     return None
-
-
-register_parser(ToolCallParser())
-register_parser(CommandParser())
-register_parser(JsonActionParser())

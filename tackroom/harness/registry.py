@@ -1,7 +1,8 @@
 """Registries of renderers, action interfaces and output parsers.
 
-A harness file names its parts by registry key, so a user adds a new part in
-Python with a decorator and uses it from TOML::
+A harness file names its parts by registry key. The tables start with the
+built-in parts (:mod:`tackroom.harness.builtin_parts`); a user adds a new
+part in Python with a decorator and uses it from TOML::
 
     from tackroom.harness.registry import renderer
 
@@ -13,21 +14,21 @@ Python with a decorator and uses it from TOML::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:
-    from tackroom.core.observation import Observation
-    from tackroom.harness.interfaces import ActionInterface
-    from tackroom.harness.parsers import OutputParser
+from tackroom.core.observation import Observation
+from tackroom.harness import builtin_parts
+from tackroom.harness.interfaces import ActionInterface
+from tackroom.harness.parsers import OutputParser
 
 T = TypeVar("T")
 
 #: ``name -> fn(observation, options) -> str``
-RENDERERS: dict[str, Callable[[Observation, dict[str, Any]], str]] = {}
+RENDERERS: dict[str, Callable[[Observation, dict[str, Any]], str]] = dict(builtin_parts.RENDERERS)
 #: ``name -> ActionInterface`` instances
-INTERFACES: dict[str, ActionInterface] = {}
+INTERFACES: dict[str, ActionInterface] = {i.name: i for i in builtin_parts.INTERFACES}
 #: ``name -> OutputParser`` instances
-PARSERS: dict[str, OutputParser] = {}
+PARSERS: dict[str, OutputParser] = {p.name: p for p in builtin_parts.PARSERS}
 
 
 def renderer(name: str) -> Callable[[T], T]:
@@ -50,9 +51,3 @@ def register_parser(parser: OutputParser) -> OutputParser:
     """Register an output parser under ``parser.name``."""
     PARSERS[parser.name] = parser
     return parser
-
-
-def ensure_builtins() -> None:
-    """Import the built-in parts so that their registrations run."""
-    # Web parts (interfaces, parsers, renderers), terminal parts (shell), coding-agent parts.
-    from tackroom.harness import coding, interfaces, parsers, renderers, shell  # noqa: F401

@@ -12,18 +12,15 @@ experts use, so an expert's score under each harness is that harness's floor.
 
 from __future__ import annotations
 
-import json
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from tackroom.core.actions import Action, Press, Shell, Submit, TypeText
 from tackroom.core.observation import Observation
-from tackroom.core.policy import PolicyResponse, ToolCall
+from tackroom.core.policy import PolicyResponse
 from tackroom.harness.interfaces import ActionInterface, ActionSpec, Call, CallError, Param
-from tackroom.harness.parsers import OutputParser, ParseError
-from tackroom.harness.registry import register_interface, register_parser, renderer
+from tackroom.harness.parsers import OutputParser, ParseError, ToolCallParser
 
 #: The longest command or keystroke string accepted in one action.
 MAX_INPUT = 100_000
@@ -45,7 +42,6 @@ class TypeKeys(TypeText):
 
 
 # -- renderer --------------------------------------------------------------------------------
-@renderer("terminal")
 def render_terminal(obs: Observation, options: dict[str, Any]) -> str:
     """The terminal text, then the sandbox's limits (``limits = false`` drops that line)."""
     text = obs.text or ""
@@ -153,10 +149,6 @@ class TerminalKeysInterface(ActionInterface):
         return [Call("send_keys", {"keystrokes": keys, "wait_s": wait})]
 
 
-register_interface(ShellCommandInterface())
-register_interface(TerminalKeysInterface())
-
-
 # -- parsers ---------------------------------------------------------------------------------
 _SHELL_LANGS = {"", "bash", "sh", "shell", "console", "zsh", "terminal"}
 _SUBMIT = re.compile(r"^\s*[`*]*submit[`*]*\s*\.?\s*$", re.IGNORECASE)
@@ -243,10 +235,11 @@ class BashBlockParser(OutputParser):
         return PolicyResponse(text="\n\n".join(parts))
 
 
-class TerminalToolParser(OutputParser):
+class TerminalToolParser(ToolCallParser):
     """Native tool calls for the terminal: optional parameters stay optional in the schema."""
 
     name = "terminal_tools"
+    no_call_hint = ' (for example send_keys with keystrokes "ls\\n")'
 
     def describe(self, interface: ActionInterface) -> str:
         return (
@@ -255,42 +248,7 @@ class TerminalToolParser(OutputParser):
             "returns the screen; end a command with \\n to run it, send C-c alone to "
             "interrupt. Call submit when the task is done; the task's tests then run.")
 
-    def tools(self, interface: ActionInterface) -> list[dict[str, Any]]:
-        optional = getattr(interface, "optional", {})
-        out = []
-        for s in interface.specs:
-            props = {p.name: {"type": p.type, "description": p.description} for p in s.params}
-            required = [p.name for p in s.params if p.name not in optional.get(s.name, {})]
-            out.append({"type": "function", "function": {
-                "name": s.name, "description": s.description,
-                "parameters": {"type": "object", "properties": props, "required": required}}})
-        return out
-
-    def parse(self, response: PolicyResponse, interface: ActionInterface) -> list[Call]:
-        if not response.tool_calls:
-            names = ", ".join(s.name for s in interface.specs)
-            raise ParseError(f"no tool call found; call one of the tools: {names} (for "
-                             "example send_keys with keystrokes \"ls\\n\")")
-        calls = []
-        for tc in response.tool_calls:
-            if not tc.name:
-                raise ParseError("a tool call has no function name")
-            raw = tc.arguments if isinstance(tc.arguments, str) else ""
-            try:
-                args = json.loads(raw) if raw.strip() else {}
-            except (json.JSONDecodeError, RecursionError, ValueError) as e:
-                raise ParseError(f"arguments of {tc.name!r} are not valid JSON ({e}); write "
-                                 "them as a JSON object") from None
-            if not isinstance(args, dict):
-                raise ParseError(f"arguments of {tc.name!r} must be a JSON object")
-            calls.append(Call(tc.name, args))
-        return calls
-
-    def encode(self, calls: list[Call], interface: ActionInterface) -> PolicyResponse:
-        return PolicyResponse(tool_calls=[
-            ToolCall(f"call_{uuid.uuid4().hex[:12]}", c.name, json.dumps(c.args))
-            for c in calls])
-
-
-register_parser(BashBlockParser())
-register_parser(TerminalToolParser())
+    def required(self, spec: ActionSpec, interface: ActionInterface) -> list[str]:
+        """All parameters but those the interface lists as ``optional`` (with defaults)."""
+        optional = getattr(interface, "optional", {}).get(spec.name, {})
+        return [p.name for p in spec.params if p.name not in optional]

@@ -125,10 +125,6 @@ class HarnessSpec:
     def parser(self) -> Any:
         return registry.PARSERS[self.actions["parser"]]
 
-    def to_toml_dict(self) -> dict[str, Any]:
-        """Name, description and resolved slots, as a harness file would hold them."""
-        return {"name": self.name, "description": self.description, **self.content()}
-
 
 def search_path() -> list[Path]:
     """Where harness names are looked up: ``$TACKROOM_HARNESS_PATH``, ``./harnesses``, built-ins."""
@@ -220,7 +216,6 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def parse_harness(raw: dict[str, Any], source: str = "<memory>",
                   chain: tuple[str, ...] = ()) -> HarnessSpec:
     """Validate a resolved harness dict (no ``extends``) and build the spec."""
-    registry.ensure_builtins()
     where = source
     unknown = set(raw) - _TOP
     if unknown:

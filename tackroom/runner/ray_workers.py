@@ -158,7 +158,6 @@ def _harness_parts(h: HarnessSpec) -> tuple[tuple[str, str, Any], ...]:
 def _register_parts(parts: tuple[tuple[str, str, Any], ...]) -> None:
     from tackroom.harness import registry
 
-    registry.ensure_builtins()
     for table, name, obj in parts:
         getattr(registry, table).setdefault(name, obj)
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tackroom.core.episode import Turn
+from tackroom.core.episode import Outcome, Turn
 from tackroom.core.errors import ConfigError
 from tackroom.records.store import RecordStore
 from tackroom.train.engine import LoraSettings, OptimSettings, TrainEngine, latest_checkpoint
@@ -40,7 +40,7 @@ class Selection:
     suite: str | None = None
     harnesses: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()  # ids or globs, with or without the ``suite/`` prefix
-    outcomes: tuple[str, ...] = ("success",)
+    outcomes: tuple[str, ...] = (Outcome.SUCCESS.value,)
     runs: tuple[str, ...] = ()
     policies: tuple[str, ...] = ()
 

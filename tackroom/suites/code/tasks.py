@@ -29,6 +29,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tackroom.core.episode import Outcome
 from tackroom.core.errors import ConfigError
 from tackroom.core.task import Task
 
@@ -41,8 +42,9 @@ REPO_PATH = "/task"
 #: Outcomes the runner decides, mapped to this suite's failure modes (see
 #: ``tackroom.runner.episode``): a budget that runs out, or a harness that ends
 #: the episode after repeated unreadable or rejected output.
-RUNNER_FAILURE_MODES = {"budget_exhausted": "budget_exhausted", "timeout": "budget_exhausted",
-                        "failure": "malformed_edits"}
+RUNNER_FAILURE_MODES = {Outcome.BUDGET_EXHAUSTED: "budget_exhausted",
+                        Outcome.TIMEOUT: "budget_exhausted",
+                        Outcome.FAILURE: "malformed_edits"}
 FAILURE_MODES = ("dropped_requirement", "broke_existing", "no_edit", "malformed_edits",
                  "budget_exhausted")
 

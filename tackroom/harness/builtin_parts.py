@@ -1,0 +1,48 @@
+"""The built-in harness parts: every renderer, action interface and output parser tackroom ships.
+
+The modules that implement the parts (``renderers``, ``interfaces``,
+``parsers``, ``shell``, ``coding``) only define them; this table names them,
+and :mod:`tackroom.harness.registry` starts its tables from it. So the
+dependencies run one way: implementations → this table → registry → specs,
+sessions and user code.
+"""
+
+from __future__ import annotations
+
+from tackroom.harness import coding, interfaces, parsers, renderers, shell
+
+#: ``name -> fn(observation, options) -> str``
+RENDERERS = {
+    # web pages
+    "element_list": renderers.render_element_list,
+    "html": renderers.render_html,
+    "outline": renderers.render_outline,
+    # repositories, terminals
+    "code": coding.render_code,
+    "terminal": shell.render_terminal,
+}
+
+#: Action interfaces, each registered under its ``name``.
+INTERFACES: tuple[interfaces.ActionInterface, ...] = (
+    interfaces.ElementRefInterface(),
+    interfaces.CoordinateInterface(),
+    coding.EditBlockInterface(),
+    coding.ACIInterface("aci", window=100, lint=True),
+    coding.ACIInterface("aci_nolint", window=100, lint=False),
+    coding.CodeActInterface(),
+    coding.CodeToolsInterface(),
+    shell.ShellCommandInterface(),
+    shell.TerminalKeysInterface(),
+)
+
+#: Output parsers, each registered under its ``name``.
+PARSERS: tuple[parsers.OutputParser, ...] = (
+    parsers.ToolCallParser(),
+    parsers.CommandParser(),
+    parsers.JsonActionParser(),
+    coding.EditBlockParser(),
+    coding.ACIParser(),
+    coding.CodeBlockParser(),
+    shell.BashBlockParser(),
+    shell.TerminalToolParser(),
+)

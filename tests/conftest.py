@@ -1,0 +1,101 @@
+"""Helpers shared by the test files: the CLI as a process, ports, parse checks, tiny models.
+
+Plain functions are imported by name (``from conftest import run_cli``); the
+model fixtures are requested by name. Nothing heavy is imported here: torch,
+transformers and peft load inside the fixtures that need them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: ``tackroom`` as a user runs it, with this interpreter.
+TACKROOM = [sys.executable, "-m", "tackroom.cli"]
+#: A wide terminal and no colours, so output is the same on every machine.
+CLI_ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
+
+#: One ``click(ref: integer)`` tool, for tests that pass tool schemas to a model.
+CLICK_TOOLS = [{"type": "function", "function": {
+    "name": "click", "description": "Click an element by its number.",
+    "parameters": {"type": "object", "properties": {"ref": {"type": "integer"}},
+                   "required": ["ref"]}}}]
+
+
+def run_cli(*args: str, cwd: Path | str, env_extra: Mapping[str, str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``tackroom ARGS`` in a fresh process in ``cwd``; output captured as text.
+
+    The environment is this one plus :data:`CLI_ENV`, then ``env_extra``.
+    """
+    env = {**os.environ, **CLI_ENV, **(env_extra or {})}
+    return subprocess.run([*TACKROOM, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    """The single ``error: …`` line of a CLI run that failed on bad input (exit status 2)."""
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    return lines[0]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (just now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_parse(session: Any, response: Any) -> Any:
+    """``session.parse(response)``, checked: actions, or a model-facing error the feedback shows."""
+    parsed = session.parse(response)
+    if parsed.error is None:
+        assert parsed.actions, "a successful parse yields at least one action"
+    else:
+        assert isinstance(parsed.error, str) and parsed.error.strip()
+        assert parsed.error in session.feedback_for_parse_error(parsed.error)
+    return parsed
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random chat model (``tackroom model init --size tiny``) named ``tiny-chat``."""
+    from tackroom.models import init_model
+    from tackroom.models.corpus import harness_corpus
+
+    return init_model(tmp_path_factory.mktemp("models") / "tiny-chat", size="tiny",
+                      corpus=harness_corpus(seeds=(0,)), seed=0)
+
+
+@pytest.fixture(scope="session")
+def lora_adapter_dir(tiny_chat_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A LoRA adapter on :func:`tiny_chat_dir` whose random ``B`` makes it change outputs."""
+    import warnings
+
+    import peft
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_chat_dir, local_files_only=True)
+    with warnings.catch_warnings():  # peft uses an API transformers 5 deprecates
+        warnings.simplefilter("ignore", FutureWarning)
+        lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8,
+                                                         target_modules=["q_proj", "v_proj"]))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in lora.named_parameters():
+            if "lora_B" in name:  # zero at init: make the adapter do something
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
+    out = tmp_path_factory.mktemp("adapter")
+    lora.save_pretrained(out)
+    return out
