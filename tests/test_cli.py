@@ -6,37 +6,20 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import TACKROOM, one_line_error, run_cli
 
 from tackroom.records import RecordStore
-
-TACKROOM = [sys.executable, "-m", "tackroom.cli"]
-
-
-def cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run([*TACKROOM, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr + proc.stdout
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error:")
-    return lines[0]
 
 
 def test_eval_prints_the_harness_policy_table_and_records_episodes(tmp_path):
     db = str(tmp_path / "r.duckdb")
-    p = cli("eval", "--suite", "toy", "--harness", "som-tools,html-commands,outline-coords",
-            "--policy", "expert", "--seeds", "0-2", "--db", db, cwd=tmp_path)
+    p = run_cli("eval", "--suite", "toy", "--harness", "som-tools,html-commands,outline-coords",
+                "--policy", "expert", "--seeds", "0-2", "--db", db, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert "Success by harness × policy" in out and "95% CI" in out
@@ -49,15 +32,15 @@ def test_eval_prints_the_harness_policy_table_and_records_episodes(tmp_path):
     assert len(rows) == 18 * 3 * 3
     assert Counter(r["outcome"] for r in rows) == {"success": len(rows)}
 
-    shown = cli("show", "latest", rows[0]["episode_id"][:8], "--db", db, cwd=tmp_path)
+    shown = run_cli("show", "latest", rows[0]["episode_id"][:8], "--db", db, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "turn 0" in shown.stdout and "outcome: success" in shown.stdout
-    runs = cli("runs", "--db", db, cwd=tmp_path)
+    runs = run_cli("runs", "--db", db, cwd=tmp_path)
     assert run["run_id"] in runs.stdout and "finished" in runs.stdout
 
     for fmt, target in [("jsonl", "e.jsonl"), ("parquet", "e.parquet"), ("atif", "atif")]:
-        ex = cli("export", "latest", "--format", fmt, "--out", str(tmp_path / target),
-                 "--db", db, cwd=tmp_path)
+        ex = run_cli("export", "latest", "--format", fmt, "--out", str(tmp_path / target),
+                     "--db", db, cwd=tmp_path)
         assert ex.returncode == 0, ex.stderr
         assert f"wrote {len(rows)} episodes" in ex.stdout
     first = json.loads((tmp_path / "e.jsonl").read_text().splitlines()[0])
@@ -65,8 +48,8 @@ def test_eval_prints_the_harness_policy_table_and_records_episodes(tmp_path):
 
 
 def test_dry_run_prints_the_grid_and_runs_nothing(tmp_path):
-    p = cli("eval", "--suite", "toy", "--tasks", "click-*", "--harness", "som-tools,html-commands",
-            "--seeds", "0-9", "--dry-run", "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path)
+    p = run_cli("eval", "--suite", "toy", "--tasks", "click-*", "--harness", "som-tools,html-commands",
+                "--seeds", "0-9", "--dry-run", "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "Dry run" in p.stdout and "som-tools" in p.stdout and "html-commands" in p.stdout
     assert not (tmp_path / "r.duckdb").exists()
@@ -75,43 +58,43 @@ def test_dry_run_prints_the_grid_and_runs_nothing(tmp_path):
 def test_malformed_harness_file_is_one_clear_line(tmp_path):
     bad = tmp_path / "broken.toml"
     bad.write_text('extends = "som-tools"\n[loop]\nactions_per_turn = 0\n')
-    line = one_line_error(cli("eval", "--suite", "toy", "--harness", str(bad), cwd=tmp_path))
+    line = one_line_error(run_cli("eval", "--suite", "toy", "--harness", str(bad), cwd=tmp_path))
     assert str(bad) in line and "[loop].actions_per_turn" in line and "1 to 50" in line
-    v = cli("harness", "validate", str(bad), "som-tools", cwd=tmp_path)
+    v = run_cli("harness", "validate", str(bad), "som-tools", cwd=tmp_path)
     assert v.returncode == 1 and "ok som-tools" in v.stdout and "actions_per_turn" in v.stderr
 
 
 def test_unknown_task_and_suite_and_policy_are_one_clear_line(tmp_path):
-    line = one_line_error(cli("eval", "--suite", "toy", "--tasks", "click-buton", cwd=tmp_path))
+    line = one_line_error(run_cli("eval", "--suite", "toy", "--tasks", "click-buton", cwd=tmp_path))
     assert "click-buton" in line and "did you mean" in line and "click-button" in line
-    line = one_line_error(cli("eval", "--suite", "nosuch", cwd=tmp_path))
+    line = one_line_error(run_cli("eval", "--suite", "nosuch", cwd=tmp_path))
     assert "unknown suite" in line and "miniwob" in line
-    line = one_line_error(cli("eval", "--suite", "toy", "--policy", "gpt", cwd=tmp_path))
+    line = one_line_error(run_cli("eval", "--suite", "toy", "--policy", "gpt", cwd=tmp_path))
     assert "unknown policy" in line and "openai:MODEL" in line
-    line = one_line_error(cli("eval", "--suite", "toy", "--seeds", "9-1", cwd=tmp_path))
+    line = one_line_error(run_cli("eval", "--suite", "toy", "--seeds", "9-1", cwd=tmp_path))
     assert "--seeds" in line
 
 
 def test_unreachable_model_server_is_one_clear_line(tmp_path):
-    line = one_line_error(cli("eval", "--suite", "toy", "--policy", "openai:m",
-                              "--base-url", "http://127.0.0.1:9/v1",
-                              "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path))
+    line = one_line_error(run_cli("eval", "--suite", "toy", "--policy", "openai:m",
+                                  "--base-url", "http://127.0.0.1:9/v1",
+                                  "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path))
     assert "http://127.0.0.1:9/v1 unreachable" in line and "--base-url" in line
 
 
 def test_harness_list_show_diff(tmp_path):
-    listed = cli("harness", "list", cwd=tmp_path)
+    listed = run_cli("harness", "list", cwd=tmp_path)
     assert listed.returncode == 0
     for h in ("som-tools", "html-commands", "outline-coords", "som-tools-reflect"):
         assert h in listed.stdout
-    shown = cli("harness", "show", "som-tools-reflect", cwd=tmp_path)
+    shown = run_cli("harness", "show", "som-tools-reflect", cwd=tmp_path)
     assert "som-tools -> som-tools-reflect" in shown.stdout and "reflect" in shown.stdout
-    diff = cli("harness", "diff", "som-tools", "som-tools-reflect", cwd=tmp_path)
+    diff = run_cli("harness", "diff", "som-tools", "som-tools-reflect", cwd=tmp_path)
     assert "loop.on_action_error" in diff.stdout and "'feedback'" in diff.stdout
 
 
 def test_help_shows_examples(tmp_path):
-    p = cli("eval", "--help", cwd=tmp_path)
+    p = run_cli("eval", "--help", cwd=tmp_path)
     assert p.returncode == 0 and "Examples" in p.stdout and "--resume" in p.stdout
 
 
@@ -142,7 +125,7 @@ def test_sigkill_mid_run_then_resume_records_every_episode_exactly_once(tmp_path
     planned = 18 * 3 * 400
     assert 0 < before < planned
 
-    p = cli("eval", "--resume", run_id, "--db", db, cwd=tmp_path, timeout=600)
+    p = run_cli("eval", "--resume", run_id, "--db", db, cwd=tmp_path, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"{before} already recorded" in p.stdout
     with RecordStore(db) as store:
@@ -161,15 +144,15 @@ def test_sigkill_mid_run_then_resume_records_every_episode_exactly_once(tmp_path
 
 def test_replay_re_emits_recorded_outputs(tmp_path):
     db = str(tmp_path / "r.duckdb")
-    first = cli("eval", "--suite", "toy", "--tasks", "login-user,click-tab", "--harness",
-                "som-tools", "--seeds", "0-3", "--db", db, cwd=tmp_path)
+    first = run_cli("eval", "--suite", "toy", "--tasks", "login-user,click-tab", "--harness",
+                    "som-tools", "--seeds", "0-3", "--db", db, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     with RecordStore(db) as store:
         run_id = store.latest_run_id()
         original = {(r["task"], r["seed"]): r for r in store.episodes(run_id=run_id)}
-    again = cli("eval", "--suite", "toy", "--tasks", "login-user,click-tab",
-                "--harness", "som-tools,html-commands", "--policy", f"replay:{run_id}",
-                "--seeds", "0-3", "--db", db, cwd=tmp_path)
+    again = run_cli("eval", "--suite", "toy", "--tasks", "login-user,click-tab",
+                    "--harness", "som-tools,html-commands", "--policy", f"replay:{run_id}",
+                    "--seeds", "0-3", "--db", db, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     with RecordStore(db) as store:
         replayed = store.episodes(run_id=store.latest_run_id())
@@ -193,29 +176,29 @@ def test_resume_refuses_a_harness_that_changed_since_the_run(tmp_path):
     (tmp_path / "harnesses").mkdir()
     h = tmp_path / "harnesses" / "mine.toml"
     h.write_text('extends = "som-tools"\nloop.history = 2\n')
-    first = cli("eval", "--suite", "toy", "--tasks", "click-link", "--harness", "mine",
-                "--seeds", "0-1", "--db", db, cwd=tmp_path)
+    first = run_cli("eval", "--suite", "toy", "--tasks", "click-link", "--harness", "mine",
+                    "--seeds", "0-1", "--db", db, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     with RecordStore(db) as store:
         run_id = store.latest_run_id()
-    again = cli("eval", "--resume", run_id, "--db", db, cwd=tmp_path)
+    again = run_cli("eval", "--resume", run_id, "--db", db, cwd=tmp_path)
     assert again.returncode == 0 and "2 already recorded, 0 to run" in again.stdout
     h.write_text('extends = "som-tools"\nloop.history = 3\n')
-    line = one_line_error(cli("eval", "--resume", run_id, "--db", db, cwd=tmp_path))
+    line = one_line_error(run_cli("eval", "--resume", run_id, "--db", db, cwd=tmp_path))
     assert "'mine' changed since the run" in line and "new run" in line
 
 
 def test_report_prints_ceiling_and_mismatch_and_writes_html(tmp_path):
     db = str(tmp_path / "r.duckdb")
-    assert cli("eval", "--suite", "toy", "--tasks", "click-*", "--seeds", "0-1", "--db", db,
-               cwd=tmp_path).returncode == 0
-    p = cli("report", "latest", "--db", db, "--out", str(tmp_path / "r.html"), cwd=tmp_path)
+    assert run_cli("eval", "--suite", "toy", "--tasks", "click-*", "--seeds", "0-1", "--db", db,
+                   cwd=tmp_path).returncode == 0
+    p = run_cli("report", "latest", "--db", db, "--out", str(tmp_path / "r.html"), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "Ceiling and mismatch" in p.stdout and "expert" in p.stdout
     assert f"report: {tmp_path / 'r.html'}" in p.stdout
     html = (tmp_path / "r.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and "<svg" in html
-    line = one_line_error(cli("report", "nope", "--db", db, cwd=tmp_path))
+    line = one_line_error(run_cli("report", "nope", "--db", db, cwd=tmp_path))
     assert "no run 'nope'" in line
 
 
@@ -223,16 +206,16 @@ def test_report_options_trained_gain_compare(tmp_path):
     """A replay of som-tools episodes is 100% there and 0% elsewhere: the drop is all mismatch."""
     db = str(tmp_path / "r.duckdb")
     args = ("--suite", "toy", "--tasks", "click-*", "--seeds", "0-1", "--db", db)
-    assert cli("eval", *args, "--harness", "som-tools", cwd=tmp_path).returncode == 0
+    assert run_cli("eval", *args, "--harness", "som-tools", cwd=tmp_path).returncode == 0
     with RecordStore(db) as store:
         src = store.latest_run_id()
     rep = f"replay:{src}"
-    p = cli("eval", *args, "--harness", "som-tools,html-commands", "--policy",
-            f"expert,{rep}", cwd=tmp_path)
+    p = run_cli("eval", *args, "--harness", "som-tools,html-commands", "--policy",
+                f"expert,{rep}", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     out = tmp_path / "r.html"
-    p = cli("report", "latest", "--db", db, "--out", str(out), "--trained", f"{rep}=som-tools",
-            "--gain", f"{rep}=expert@html-commands", cwd=tmp_path)
+    p = run_cli("report", "latest", "--db", db, "--out", str(out), "--trained", f"{rep}=som-tools",
+                "--gain", f"{rep}=expert@html-commands", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     # Default pair: the one policy under its own harness vs the other. Both ceilings are
     # the expert's 100%: gap +100 pp = ceiling part 0 + mismatch part +100 pp.
@@ -244,25 +227,25 @@ def test_report_options_trained_gain_compare(tmp_path):
     assert 'class="plot parts conflation"' in page and 'class="plot scatter' in page
     assert "No gain scatter" not in page and "No transfer matrix" not in page
     # Asked-for cells; names that are not in the runs are one line naming the ones that are.
-    p = cli("report", "latest", "--db", db, "--out", str(out), "--compare",
-            f"expert@html-commands,{rep}@html-commands", cwd=tmp_path)
+    p = run_cli("report", "latest", "--db", db, "--out", str(out), "--compare",
+                f"expert@html-commands,{rep}@html-commands", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "expert · html-commands" in p.stdout
-    line = one_line_error(cli("report", "latest", "--db", db, "--compare",
-                              "nobody@som-tools,expert@som-tools", cwd=tmp_path))
+    line = one_line_error(run_cli("report", "latest", "--db", db, "--compare",
+                                  "nobody@som-tools,expert@som-tools", cwd=tmp_path))
     assert "no policy 'nobody'" in line and f"expert, {rep}" in line
-    line = one_line_error(cli("report", "latest", "--db", db, "--gain", "expert@som-tools",
-                              cwd=tmp_path))
+    line = one_line_error(run_cli("report", "latest", "--db", db, "--gain", "expert@som-tools",
+                                  cwd=tmp_path))
     assert "BEFORE=AFTER@HARNESS" in line
 
 
 def test_model_init_builds_a_loadable_model(tmp_path):
     pytest.importorskip("transformers")
-    p = cli("model", "init", str(tmp_path / "m"), "--size", "tiny", cwd=tmp_path, timeout=300)
+    p = run_cli("model", "init", str(tmp_path / "m"), "--size", "tiny", cwd=tmp_path, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "1,0" in p.stdout and "parameters" in p.stdout
     assert (tmp_path / "m" / "tackroom_model.json").is_file()
-    again = cli("model", "init", str(tmp_path / "m"), cwd=tmp_path, timeout=300)
+    again = run_cli("model", "init", str(tmp_path / "m"), cwd=tmp_path, timeout=300)
     assert again.returncode == 2 and "--force" in again.stderr + again.stdout
 
 
@@ -279,7 +262,7 @@ def test_show_prints_model_text_verbatim_even_when_it_looks_like_markup(tmp_path
     with RecordStore(db) as store:
         store.start_run("r1", "eval", {}, n_planned=1)
         store.append(ep)
-    p = cli("show", "r1", "e1", "--db", str(db), cwd=tmp_path)
+    p = run_cli("show", "r1", "e1", "--db", str(db), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert text in p.stdout and "bad [/y]" in p.stdout
     assert "failure mode: no_edit" in p.stdout

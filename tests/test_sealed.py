@@ -10,12 +10,9 @@ end in infrastructure errors.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import one_line_error, run_cli
 from typer.testing import CliRunner
 
 from tackroom.cli import app
@@ -24,23 +21,6 @@ from tackroom.records import RecordStore
 from tackroom.report.html import build_report, report_data
 from tackroom.testing import ScriptedOpenAIServer
 from tackroom.testing.openai_server import Reply
-
-TACKROOM = [sys.executable, "-m", "tackroom.cli"]
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run([*TACKROOM, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env=env)
-
-
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr + proc.stdout
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error:")
-    return lines[0]
 
 
 def invoke(*args: str) -> str:
@@ -154,8 +134,8 @@ def test_tampered_manifest_and_filters_are_refused_in_one_line(tmp_path):
 
     tampered = tmp_path / "tampered.json"
     tampered.write_text(json.dumps({**sealed, "seeds": [0, 1, 2]}, indent=2))
-    line = one_line_error(cli("eval", "--sealed", str(tampered), "--db",
-                              str(tmp_path / "r.duckdb"), cwd=tmp_path))
+    line = one_line_error(run_cli("eval", "--sealed", str(tampered), "--db",
+                                  str(tmp_path / "r.duckdb"), cwd=tmp_path))
     assert str(tampered) in line and "changed after sealing" in line
     assert not (tmp_path / "r.duckdb").exists()
 
@@ -209,6 +189,6 @@ def test_changed_harness_is_refused_and_a_sealed_run_resumes(tmp_path, monkeypat
 
     # A harness edited after sealing: both a new sealed run and the resume refuse it.
     mine.write_text('extends = "som-tools"\nloop.history = 2\n')
-    line = one_line_error(cli("eval", "--sealed", "m.json", "--db", db, cwd=tmp_path))
+    line = one_line_error(run_cli("eval", "--sealed", "m.json", "--db", db, cwd=tmp_path))
     assert "harness 'mine' changed since the manifest was sealed" in line and str(mine) in line
     assert "'mine' changed" in refused("eval", "--resume", run_id, "--db", db)

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 datasets = pytest.importorskip("datasets")
 
+from conftest import run_cli  # noqa: E402
+
 from tackroom.records import RecordStore  # noqa: E402
 from tackroom.train.advantages import compute_advantages  # noqa: E402
-
-TACKROOM = [sys.executable, "-m", "tackroom.cli"]
-ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-
-
-def cli(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([*TACKROOM, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=ENV)
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +23,9 @@ def recorded(tmp_path_factory):
     (root / "harnesses" / "som-1turn.toml").write_text(
         'extends = "som-tools"\nname = "som-1turn"\nbudget.turns = 1\n')
     db = str(root / "r.duckdb")
-    p = cli("eval", "--suite", "toy", "--tasks", "click-button,enter-text",
-            "--harness", "som-tools,html-commands,som-1turn", "--policy", "expert",
-            "--seeds", "0-2", "--db", db, cwd=root)
+    p = run_cli("eval", "--suite", "toy", "--tasks", "click-button,enter-text",
+                "--harness", "som-tools,html-commands,som-1turn", "--policy", "expert",
+                "--seeds", "0-2", "--db", db, cwd=root)
     assert p.returncode == 0, p.stderr
     with RecordStore(db, read_only=True) as store:
         run_id = store.latest_run_id()
@@ -43,8 +34,8 @@ def recorded(tmp_path_factory):
 
 def test_both_shapes_read_with_datasets_and_carry_groups_and_advantages(recorded):
     root, db, run_id = recorded
-    p = cli("export-groups", run_id, "-o", str(root / "groups"), "--db", db,
-            "--set", "grouping.group=cross", "--set", "data.reward=recorded", cwd=root)
+    p = run_cli("export-groups", run_id, "-o", str(root / "groups"), "--db", db,
+                "--set", "grouping.group=cross", "--set", "data.reward=recorded", cwd=root)
     assert p.returncode == 0, p.stderr
     assert "in 2 groups (grouping.group = 'cross')" in p.stdout
     verl = datasets.load_dataset("parquet", data_files=str(root / "groups" / "verl.parquet"),
@@ -95,9 +86,12 @@ def test_both_shapes_read_with_datasets_and_carry_groups_and_advantages(recorded
 
 def test_bad_format_and_empty_selection_are_one_line(recorded):
     root, db, run_id = recorded
-    p = cli("export-groups", run_id, "-o", str(root / "x"), "--format", "rlhf", "--db", db,
-            cwd=root)
+    p = run_cli("export-groups", run_id, "-o", str(root / "x"), "--format", "rlhf", "--db", db,
+                cwd=root)
     assert p.returncode == 2 and "unknown export format 'rlhf'" in p.stderr
     assert "Traceback" not in p.stderr
-    p = cli("export-groups", "no-such-run", "-o", str(root / "x"), "--db", db, cwd=root)
+    p = run_cli("export-groups", "no-such-run", "-o", str(root / "x"), "--db", db, cwd=root)
+    assert p.returncode == 2 and "no run 'no-such-run'" in p.stderr
+    p = run_cli("export-groups", run_id, "-o", str(root / "x"), "--db", db, "--harness",
+                "nowhere", cwd=root)
     assert p.returncode == 2 and "no scored episodes match" in p.stderr
