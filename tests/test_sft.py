@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 pytest.importorskip("torch")
 
 import torch  # noqa: E402
+from conftest import CLI_ENV, TACKROOM, run_cli  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
@@ -23,13 +23,13 @@ from tackroom.models.corpus import harness_corpus  # noqa: E402
 from tackroom.records import RecordStore  # noqa: E402
 from tackroom.train.sft import IGNORE, Selection, build_dataset  # noqa: E402
 
-TACKROOM = [sys.executable, "-m", "tackroom.cli"]
-ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}
+#: One torch thread in the CLI processes: a 1M-parameter model is fastest that way.
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+ENV = {**os.environ, **CLI_ENV, **ONE_THREAD}
 
 
 def cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*TACKROOM, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=ENV)
+    return run_cli(*args, cwd=cwd, timeout=timeout, env_extra=ONE_THREAD)
 
 
 @pytest.fixture(scope="module")
