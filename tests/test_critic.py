@@ -132,7 +132,7 @@ def test_harness_head_uses_the_harness_index(mode: str) -> None:
 
 
 def test_conditioned_critic_fits_harness_dependent_returns() -> None:
-    """RESEARCH §5 in miniature: the same states return +1 under harness 0 and −1 under 1.
+    """docs/research.md §5 in miniature: the same states return +1 under harness 0 and −1 under 1.
 
     A shared V(s) can only learn the mixture (0), leaving a unit error on every
     sample; V(s, e) learns both.

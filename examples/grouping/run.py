@@ -1,4 +1,4 @@
-"""Within vs cross grouping, then a sealed evaluation on seen and unseen harnesses (RESEARCH §2).
+"""Within vs cross grouping, then a sealed evaluation on seen and unseen harnesses (docs/research.md §2).
 
 The research trained one policy on frozen records of several harnesses with
 two grouping rules — *within* (a baseline per (task, harness)) and *cross*
@@ -124,7 +124,7 @@ def bundled_ready() -> bool:
 
 def train_toml(s: dict[str, Any], model: str) -> str:
     lora = "enabled = true\nrank = 32\nalpha = 64" if s["lora"] else "enabled = false"
-    return f"""# Online GRPO-family training under both source harnesses (RESEARCH §2).
+    return f"""# Online GRPO-family training under both source harnesses (docs/research.md §2).
 [algo]
 algorithm = "dr_grpo"          # no length bias: stable on small models
 max_completion_length = {s['max_tokens']}

@@ -1,4 +1,4 @@
-"""The harness-swap experiment of RESEARCH.md §1 at small scale (see README.md here).
+"""The harness-swap experiment of docs/research.md §1 at small scale (see README.md here).
 
 A policy trained under harness A (the bundled model, SFT under ``som-tools``) is
 evaluated under other harnesses (the drop), trained further under each of them

@@ -1,7 +1,7 @@
 """The ceiling C(h) = sup_π J_h(π): the best success any policy can reach under a harness.
 
 The supremum is never observed; each estimator here gives a *lower bound* of
-it, from a different kind of evidence (RESEARCH.md §1):
+it, from a different kind of evidence (docs/research.md §1):
 
 ``"expert"``
     A scripted expert that acts only through h's own interface: its mean

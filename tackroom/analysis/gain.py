@@ -1,6 +1,6 @@
 """Do ceiling and mismatch predict the gain from further training under a new harness?
 
-RESEARCH.md §1: moving a policy π to a harness h' and training it further
+docs/research.md §1: moving a policy π to a harness h' and training it further
 there gains ``ΔJ = J_{h'}(π_after) - J_{h'}(π)``; the claim is that C(h') and
 M(π, h'), both measured *before* the training, predict it. :func:`gain_points`
 measures the points, :func:`fit_gain` fits ``ΔJ ≈ a + b·C + c·M`` by least

@@ -1,6 +1,6 @@
 """Mismatch M(π, h): how far a policy falls short of what a harness allows.
 
-Two forms (RESEARCH.md §1):
+Two forms (docs/research.md §1):
 
 Return form
     ``M(π, h) = C(h) - J_h(π)``, from episode outcomes alone

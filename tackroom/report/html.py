@@ -10,7 +10,7 @@ with inline CSS, inline SVG plots and a small inline script. It shows:
   heatmaps with Wilson 95% intervals in each cell's tooltip;
 * *ceiling vs achieved*: every lower-bound estimate of the ceiling C(h),
   labelled with its estimator, each policy's success J and the mismatch
-  M = C − J (RESEARCH.md §1);
+  M = C − J (docs/research.md §1);
 * the transfer matrix (success of policies trained under one harness,
   evaluated under each) with drops from the diagonal, when told which
   harness each policy was trained under;

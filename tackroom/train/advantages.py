@@ -5,7 +5,7 @@ ran under, its reward, and any other fields (seed, suite, policy, meta...).
 Output: one advantage per sample and the step's metrics (fraction of
 zero-variance groups, mean reward per harness, ...).
 
-Three independent choices (RESEARCH §2, docs/training.md):
+Three independent choices (docs/research.md §2, docs/training.md):
 
 1. **Reward normalisation** across the step, before grouping —
    ``per_harness``: z-score each harness's rewards on their own, so a harness

@@ -58,7 +58,7 @@ SECTIONS = ("algo", "grouping", "critic", "lora", "optim", "model", "data", "rol
 #: Other spellings accepted for a section name.
 SECTION_ALIASES = {"algorithm": "algo", "loss": "algo"}
 
-#: What ``None`` means for each algorithm (RESEARCH §3; TRL's documented settings).
+#: What ``None`` means for each algorithm (docs/research.md §3; TRL's documented settings).
 ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
     "grpo": {"epsilon_low": 0.2, "epsilon_high": 0.2, "loss_agg": "seq_mean_token_mean",
              "scale_std": True},
@@ -180,7 +180,7 @@ class RLConfig:
     eval_every: int = _opt(0, "eval", "evaluate every N steps (0: at the end only)",
                            key="every")
     eval_harnesses: list[str] = _opt(None, "eval", "evaluation harnesses — include unseen "
-                                     "ones (RESEARCH §2)", key="harnesses", factory=list)
+                                     "ones (docs/research.md §2)", key="harnesses", factory=list)
     eval_tasks: list[str] = _opt(None, "eval", "evaluation task ids or globs", key="tasks",
                                  factory=list)
     eval_seeds: int = _opt(1, "eval", "seeds per (task, harness) cell", key="seeds")

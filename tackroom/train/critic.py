@@ -1,6 +1,6 @@
 """A critic for PPO-style training: value heads V(s) and V(s, e), GAE, the value loss.
 
-RESEARCH §5: when parallel environments give different returns from the same
+docs/research.md §5: when parallel environments give different returns from the same
 state, a shared critic V(s) regresses to their mixture and biases every
 advantage computed from it. Conditioning the critic on the environment index,
 V(s, e), removes that bias; the actor stays π(a|s), so deployment needs no

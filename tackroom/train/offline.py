@@ -1,4 +1,4 @@
-"""Offline training data: frozen task-harness records from the store (RESEARCH §2).
+"""Offline training data: frozen task-harness records from the store (docs/research.md §2).
 
 The research's multi-harness runs train on *frozen* records: episodes of
 several harnesses, recorded once, grouped and weighted afterwards. Here they
