@@ -150,15 +150,20 @@ def plan(suite: str | Suite = "toy", *, tasks: Sequence[str | Task] | None = Non
     if base_url:
         popts["base_url"] = base_url
     db_path = str(db.path) if isinstance(db, RecordStore) else (str(db) if db else None)
+    # Last, once everything cheap has been checked: building a policy may load a model.
     built: list[Policy] = []
     owned: list[Policy] = []
-    for p in policies or ["expert"]:
-        if isinstance(p, str):
-            obj = make_policy(p, db=db_path, **popts)
-            owned.append(obj)
-        else:
-            obj = p
-        built.append(obj)
+    try:
+        for p in policies or ["expert"]:
+            if isinstance(p, str):
+                obj = make_policy(p, db=db_path, **popts)
+                owned.append(obj)
+            else:
+                obj = p
+            built.append(obj)
+    except BaseException:
+        run_sync(lambda: close_policies(owned))
+        raise
     if concurrency <= 0:
         concurrency = the_suite.default_concurrency
         if any(s.startswith("openai:") for s in specs):
@@ -218,8 +223,7 @@ async def execute_async(plan_: RunPlan, *, store: RecordStore | str | Path | Non
                                  ray_address, on_episode, on_start, on_note)
     finally:
         # Policies hold connection pools bound to this event loop: close them in it.
-        for p in plan_.owned:
-            await p.aclose()
+        await close_policies(plan_.owned)
 
 
 async def _record(plan_: RunPlan, store: RecordStore, run_id: str, resume: bool,
@@ -255,6 +259,12 @@ async def _record(plan_: RunPlan, store: RecordStore, run_id: str, resume: bool,
     finally:
         store.finish_run(run_id, status)
     return Run.from_record(store.run(run_id) or {"run_id": run_id}, store)
+
+
+async def close_policies(policies: Sequence[Policy]) -> None:
+    """Close the policies a plan built (their connection pools, generation threads)."""
+    for p in policies:
+        await p.aclose()
 
 
 def execute(plan_: RunPlan, **kwargs: Any) -> Run:
@@ -436,6 +446,6 @@ def resume(run_id: str = "latest", *, store: RecordStore | str | Path | None = N
                        on_note=on_note)
 
 
-__all__ = ["RunPlan", "RunStart", "evaluate", "evaluate_sealed", "execute", "execute_async",
-           "parse_seeds", "plan", "plan_resume", "plan_sealed", "resume", "run_sync",
-           "seed_list"]
+__all__ = ["RunPlan", "RunStart", "close_policies", "evaluate", "evaluate_sealed", "execute",
+           "execute_async", "parse_seeds", "plan", "plan_resume", "plan_sealed", "resume",
+           "run_sync", "seed_list"]

@@ -121,7 +121,7 @@ def eval_cmd(
                 suite_options=suite_options, db=db)
         if dry_run:
             _print_plan(plan)
-            evaluation.run_sync(lambda: _close(plan))
+            evaluation.run_sync(lambda: evaluation.close_policies(plan.owned))
             return
         _run(plan, store, run_id, bool(resume), executor, ray_address, by_task)
 
@@ -138,11 +138,6 @@ def _refuse_cell_options(ctx: typer.Context | None) -> None:
             raise ConfigError("cannot be combined with --sealed: a sealed evaluation "
                               "runs every cell of its manifest", flag,
                               f"drop {flag}, or seal a new manifest with `tackroom seal`")
-
-
-async def _close(plan: evaluation.RunPlan) -> None:
-    for p in plan.owned:
-        await p.aclose()
 
 
 def _run(plan: evaluation.RunPlan, store: Any, run_id: str, resumed: bool, executor: str,
