@@ -15,6 +15,7 @@ User errors (:class:`~tackroom.core.errors.TackroomError`) print one line and ex
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -68,17 +69,44 @@ app.command("export-groups")(training.export_groups_cmd)
 app.command("serve")(serve.serve_cmd)
 
 
+#: Set when SIGTERM arrived: the run stops as on Ctrl-C, and the exit status says SIGTERM.
+_terminated = False
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM (``timeout``, ``docker stop``, Slurm) takes the Ctrl-C path.
+
+    Re-raised as SIGINT, so whatever handles Ctrl-C at that moment (asyncio's runner
+    cancels the run's task; plain code gets ``KeyboardInterrupt``) records the
+    finished episodes and marks the run interrupted.
+    """
+    global _terminated
+    _terminated = True
+    signal.raise_signal(signal.SIGINT)
+
+
 def main() -> None:
-    """Entry point: user errors print one line and exit 2, never a traceback."""
+    """Entry point: user errors print one line and exit 2, never a traceback.
+
+    Ctrl-C exits 130 and SIGTERM 143, each after the run in progress is recorded
+    as interrupted (``tackroom eval --resume RUN`` finishes it).
+    """
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    code = 0
     try:
         app()
     except TackroomError as e:
         err_console.print(f"[bold red]error:[/bold red] {escape(e.line())}", highlight=False,
                           soft_wrap=True, markup=True)
-        sys.exit(2)
+        code = 2
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/yellow]")
-        sys.exit(130)
+        code = 130
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    if _terminated:
+        code = 143
+    sys.exit(code)
 
 
 __all__ = ["app", "main"]

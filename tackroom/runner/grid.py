@@ -177,6 +177,10 @@ async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
                     continue
                 finals.append(ep)
                 break
+            # Episodes of in-process suites may never suspend (toy: pure CPU). Yield once
+            # per episode, so Ctrl-C / SIGTERM (a task cancellation) and the other workers
+            # get their turn.
+            await asyncio.sleep(0)
 
     workers = [asyncio.create_task(worker()) for _ in range(max(1, concurrency))]
     try:
