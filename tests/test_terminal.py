@@ -7,6 +7,7 @@ real CLI and runner.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -96,6 +97,23 @@ def test_expert_solves_every_task_through_both_shell_harnesses(tmp_path):
 
 
 # -- the environment and what the model sees ---------------------------------------------------
+def test_the_model_is_told_one_time_left_the_sooner_of_harness_and_task(tmp_path):
+    """The harness allows 600 s (terminal-bash) and the task 90 s: every turn says one
+    `s left`, at most 90, never both clocks."""
+    import tackroom
+
+    write_task(tmp_path / "store", "short", toml="[agent]\ntimeout_sec = 90\n")
+    suite = TerminalSuite(store=tmp_path / "store")
+    run = tackroom.evaluate(suite, tasks=["short"], harnesses=["terminal-bash"],
+                            policies=["expert"], seeds=[0], store=tmp_path / "r.duckdb")
+    (ep,) = run.load_episodes()
+    users = [m["content"] for t in ep.turns for m in t.messages if m["role"] == "user"]
+    assert users
+    for text in users:
+        lefts = re.findall(r"(\d+) s left", text)
+        assert len(lefts) == 1 and int(lefts[0]) <= 90, text
+
+
 def test_command_harness_shows_output_exit_code_and_the_limits(tmp_path):
     write_task(tmp_path / "store", "sums", env={"sales.csv": "date,region,product,amount\n"},
                toml="[agent]\ntimeout_sec = 90\n[tackroom]\ncommand_timeout_sec = 1.0\n")
@@ -114,7 +132,7 @@ def test_command_harness_shows_output_exit_code_and_the_limits(tmp_path):
         step = env.step(parsed.actions[0])
         text = session.render(step.observation)
         assert "date,region,product,amount" in text and "[exit code 1]" in text
-        assert "s left)" in text  # the episode clock, every turn
+        assert "s left" not in text  # the time left is the budget line's, stated once
         assert "/task" in env.step(parsed.actions[1]).observation.text  # cd did not persist
         slow = env.step(Shell("echo begun; sleep 30"))
         assert "begun" in slow.observation.text and "timed out after" in slow.observation.text

@@ -43,7 +43,11 @@ class TypeKeys(TypeText):
 
 # -- renderer --------------------------------------------------------------------------------
 def render_terminal(obs: Observation, options: dict[str, Any]) -> str:
-    """The terminal text, then the sandbox's limits (``limits = false`` drops that line)."""
+    """The terminal text, then the sandbox's limits (``limits = false`` drops that line).
+
+    The time the episode has *left* is not stated here: the budget line says it, once,
+    as the smaller of the harness's and the task's clocks (see the runner).
+    """
     text = obs.text or ""
     limit = int(options.get("max_chars", 0) or 0)
     if limit and len(text) > limit:
@@ -52,7 +56,7 @@ def render_terminal(obs: Observation, options: dict[str, Any]) -> str:
     x = obs.extra
     if options.get("limits", True) and "command_timeout_s" in x:
         text += (f"\n[sandbox: no network; each command may run {x['command_timeout_s']:g} s; "
-                 f"the episode {x['episode_timeout_s']:g} s ({x['episode_left_s']:.0f} s left); "
+                 f"the episode {x['episode_timeout_s']:g} s; "
                  f"memory {x['memory_mb']} MB; disk {x['disk_mb']} MB]")
     return text
 

@@ -116,7 +116,13 @@ async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert
     max_errors = int(h.loop["max_consecutive_errors"])
 
     def seconds_left() -> float | None:
-        return None if deadline is None else deadline - time.monotonic()
+        # One clock for the model: the harness's wall budget and the task's own episode
+        # time (a sandbox reports it as ``episode_left_s``), whichever ends first.
+        left = None if deadline is None else deadline - time.monotonic()
+        task_left = obs.extra.get("episode_left_s") if obs.extra else None
+        if isinstance(task_left, (int, float)):
+            left = float(task_left) if left is None else min(left, float(task_left))
+        return left
 
     t0 = time.perf_counter()
     rendered = session.render(obs)
