@@ -345,3 +345,29 @@ def test_get_suite_knows_terminal_and_default_harnesses():
     s = get_suite("terminal")
     assert s.name == "terminal" and tuple(s.default_harnesses) == ("terminal-bash",
                                                                    "terminal-keys")
+
+
+def test_a_verifier_that_cannot_run_is_an_infra_error_not_a_failure(tmp_path):
+    """A missing test runner judged nothing: `infra_error` with its output. A missing *path*
+    (what the agent had to build) is a real failure. Either way the output is recorded."""
+    import tackroom
+
+    store = tmp_path / "store"
+    write_task(store, "no-runner", test="echo checking; tackroom-no-such-runner /tests")
+    write_task(store, "no-binary", test="echo checking; ./built-by-the-agent")
+    write_task(store, "prints", test="echo the-verifier-says-hello; "
+               "echo 1 > /logs/verifier/reward.txt", solve="true")
+    suite = TerminalSuite(store=store)
+    run = tackroom.evaluate(suite, tasks=["no-runner", "no-binary", "prints"],
+                            harnesses=["terminal-bash"], policies=["expert"], seeds=[0],
+                            store=tmp_path / "r.duckdb")
+    final = {r["task"].split("/")[-1]: r for r in run.final_episodes()}
+    assert final["no-runner"]["outcome"] == "infra_error"
+    assert "verifier could not run" in final["no-runner"]["error"]
+    assert "tackroom-no-such-runner not found" in final["no-runner"]["error"]
+    assert final["no-binary"]["outcome"] == "failure"
+    assert final["prints"]["outcome"] == "success"
+    eps = {ep.task.split("/")[-1]: ep for ep in run.load_episodes()}
+    assert "the-verifier-says-hello" in eps["prints"].meta["verifier"]["output"]
+    assert eps["prints"].meta["verifier"]["exit"] == 0
+    assert "built-by-the-agent" in eps["no-binary"].meta["verifier"]["output"]

@@ -197,6 +197,8 @@ async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert
                 feedback = f"{feedback} {note}" if feedback else note
             if step is not None and (step.terminated or step.truncated):
                 ep.reward = step.reward
+                if "verifier" in step.info:  # what the task's tests printed, for `show`
+                    ep.meta["verifier"] = step.info["verifier"]
                 ep.outcome = Outcome.SUCCESS if step.success else Outcome.FAILURE
                 if not step.success:
                     ep.failure_mode = step.info.get("failure_mode")

@@ -179,7 +179,17 @@ class TerminalEnv:
         assert self.sandbox is not None
         self.sandbox.close()
         reward, res = self.verify()
-        info = {"tests_exit": res.exit_code, "tests_output": res.output(2000)}
+        output = res.output(VERIFIER_OUTPUT_LIMIT)
+        missing = _verifier_cannot_run(res.exit_code, output)
+        if missing:
+            # The verifier's own tool is absent: nothing was judged, so it is not a failure.
+            raise InfraError(f"the task's verifier could not run (exit {res.exit_code}: "
+                             f"{missing}); its output: {output[-500:].strip()}",
+                             str(self.td.path / "tests" / "test.sh"),
+                             "give the task's environment what tests/test.sh runs (its "
+                             "Dockerfile's packages), or check it with `tackroom tasks import`")
+        info = {"verifier": {"exit": res.exit_code, "output": output,
+                             "timed_out": res.timed_out}}
         text = f"Tests finished: reward {reward:g}.\n"
         return StepResult(self._obs(text), reward, not truncated, truncated, reward >= 1.0, info)
 
@@ -237,6 +247,32 @@ def _show(cmd: str, res: CommandResult) -> str:
     body = res.output(OUTPUT_LIMIT)
     status = f"[exit code {res.exit_code}]" if not res.timed_out else ""
     return f"$ {shown}\n{body}{'' if body.endswith(chr(10)) or not body else chr(10)}{status}"
+
+
+#: Characters of the verifier's output kept with an episode.
+VERIFIER_OUTPUT_LIMIT = 4000
+
+_NOT_FOUND = re.compile(r"(?:^|\n)(?:[^\n:]*: )?(?:line \d+: )?([A-Za-z0-9_.+-]+): "
+                        r"(?:command not found|not found|No such file or directory)")
+
+
+def _verifier_cannot_run(exit_code: int | None, output: str) -> str | None:
+    """Why the verifier could not run at all, or ``None`` when it ran and judged.
+
+    Exit 126/127 from a *command name* the script calls (``pytest: command not
+    found``) means the environment lacks the verifier's tool. A *path* that is
+    missing (``./solution-binary: No such file``) is what the agent had to make:
+    a task failure, judged as such.
+    """
+    if exit_code not in (126, 127):
+        return None
+    for m in _NOT_FOUND.finditer(output):
+        name = m.group(1)
+        if "/" not in name:
+            return f"{name} not found"
+    if exit_code == 126 and "cannot execute" in output and "/" not in output.split(":")[0]:
+        return "cannot execute"
+    return None
 
 
 def _reward(verifier: Path) -> float:
