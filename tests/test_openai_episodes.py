@@ -81,7 +81,7 @@ def test_slow_replies_become_infra_error_then_the_retry_succeeds(tmp_path):
             written.extend(eps)
 
     with ScriptedOpenAIServer([slow, slow, tool_call("click", {"ref": ref})]) as srv:
-        (final,) = run_against(srv, "som-tools", store=Store(), seeds=(1,), timeout=0.3,
+        (final,) = run_against(srv, "som-tools", store=Store(), seeds=(1,), timeout=1.0,
                                max_retries=1)
     assert [e.outcome for e in written] == [Outcome.INFRA_ERROR, Outcome.SUCCESS]
     assert "timed out" in written[0].error
@@ -99,3 +99,28 @@ def test_text_harness_reads_commands_from_plain_completions():
     assert "no command found" in ep.turns[0].parse_error
     assert "tools" not in first_request
     assert "data-ref" in first_request["messages"][1]["content"]
+
+
+def test_echoed_plain_key_never_reaches_records(tmp_path):
+    key = "plainkey-episode-0123456789"  # no known prefix
+    ref = right_ref(0)
+    script = [Reply(text="I was told {key}.", tool_calls=[("click", f'{{"ref": {ref}}}')],
+                    echo_key=True)]
+    store = RecordStore(tmp_path / "r.duckdb")
+    store.start_run("r", "test", {}, 1)
+    with ScriptedOpenAIServer(script) as srv:
+        async def go():
+            policy = OpenAIPolicy("scripted-model", base_url=srv.base_url, api_key=key)
+            try:
+                plan = plan_grid([TASK], [load_harness("som-tools")], [policy], [0], Sampling())
+                return await run_cells(plan.cells, SUITE, "r", store=store, concurrency=1)
+            finally:
+                await policy.aclose()
+
+        (ep,) = asyncio.run(go())
+        assert srv.headers[0]["authorization"] == f"Bearer {key}"
+    assert ep.outcome is Outcome.SUCCESS
+    dump = json.dumps(store.query("SELECT * FROM turns"), default=str)
+    dump += json.dumps(store.query("SELECT * FROM episodes"), default=str)
+    store.close()
+    assert "I was told" in dump and key not in dump

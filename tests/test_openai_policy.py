@@ -123,7 +123,9 @@ async def test_persistent_500_is_infra_error_after_retries() -> None:
 
 async def test_slow_reply_times_out_then_infra_error() -> None:
     with ScriptedOpenAIServer(default=Reply(text="late", delay=2.0)) as srv:
-        async with fast_policy(srv.base_url, timeout=0.2, max_retries=1) as policy:
+        # ``timeout`` bounds the whole attempt, connect and send included: not too
+        # small, so that a loaded machine still gets the retry to the server.
+        async with fast_policy(srv.base_url, timeout=0.5, max_retries=1) as policy:
             with pytest.raises(InfraError) as ei:
                 await policy.act(req())
         assert len(srv.requests) == 2
@@ -131,8 +133,8 @@ async def test_slow_reply_times_out_then_infra_error() -> None:
 
 
 async def test_slow_reply_then_fast_reply_succeeds() -> None:
-    with ScriptedOpenAIServer([Reply(text="late", delay=1.0), text("on time")]) as srv:
-        async with fast_policy(srv.base_url, timeout=0.2) as policy:
+    with ScriptedOpenAIServer([Reply(text="late", delay=2.0), text("on time")]) as srv:
+        async with fast_policy(srv.base_url, timeout=0.5) as policy:
             out = await policy.act(req())
     assert out.text == "on time"
 
@@ -296,3 +298,104 @@ def test_describe_strips_credentials_from_url() -> None:
     d = p.describe()
     assert d["base_url"] == "http://gpu-node:8000/v1"
     assert "pw" not in repr(p) and "abc" not in str(d) and SECRET not in str(d)
+
+
+# ------------------------------------------------------- hostile servers
+async def test_trickling_reply_is_bounded_by_the_whole_call_timeout() -> None:
+    # One byte a second: every read is quick, the whole reply would take minutes.
+    with ScriptedOpenAIServer(default=Reply(text="slow", trickle=1.0)) as srv:
+        async with fast_policy(srv.base_url, timeout=2.0, max_retries=1) as policy:
+            t0 = time.monotonic()
+            with pytest.raises(InfraError) as ei:
+                await policy.act(req())
+            elapsed = time.monotonic() - t0
+        assert len(srv.requests) == 2  # the same retry path as other timeouts
+    line = ei.value.line()
+    assert elapsed < 20
+    assert "timed out after 2s" in line and "unreachable" not in line
+
+
+async def test_huge_reply_is_cut_to_max_reply_chars() -> None:
+    big = "A" * 2_000_000
+    script = [text(big), tool_call("click", '{"ref": "' + "b" * 2_000_000 + '"}'), text(big)]
+    with ScriptedOpenAIServer(script) as srv:
+        async with fast_policy(srv.base_url) as policy:
+            out = await policy.act(req(max_tokens=512))
+            calls = await policy.act(PolicyRequest(messages=MESSAGES, tools=TOOLS))
+            custom = OpenAIPolicy("scripted-model", base_url=srv.base_url, max_reply_chars=100)
+            small = await custom.act(req(max_tokens=512))
+            await custom.aclose()
+    assert out.finish_reason == "length"
+    assert len(out.text) < 17_000 and out.text.startswith("A" * 16_384)
+    assert "cut" in out.text[16_384:]  # a note the harness and the records can see
+    [call] = calls.tool_calls
+    assert calls.finish_reason == "length" and len(call.arguments) <= 16_384
+    assert small.finish_reason == "length" and len(small.text) < 200
+    assert policy.describe()["max_reply_chars"] is None  # per request: max(16384, 8*max_tokens)
+
+
+async def test_reply_cap_follows_max_tokens() -> None:
+    with ScriptedOpenAIServer([text("B" * 100_000)]) as srv:
+        async with fast_policy(srv.base_url) as policy:
+            out = await policy.act(req(max_tokens=4096))  # cap 32768 chars
+    assert out.finish_reason == "length" and out.text.startswith("B" * 32_768)
+    assert "B" * 32_769 not in out.text
+
+
+async def test_endless_body_is_not_read_whole() -> None:
+    size = 100 * 1024 * 1024
+    with ScriptedOpenAIServer(default=Reply(huge=size)) as srv:
+        async with fast_policy(srv.base_url, timeout=30.0) as policy:
+            t0 = time.monotonic()
+            with pytest.raises(InfraError) as ei:
+                await policy.act(req())
+            elapsed = time.monotonic() - t0
+        assert len(srv.requests) == 1  # a server that does this will do it again
+    assert "larger than" in ei.value.line() and srv.base_url in ei.value.line()
+    assert srv.bytes_sent < size // 2 and elapsed < 20
+
+
+async def test_echoed_key_without_known_prefix_is_scrubbed() -> None:
+    key = "plainkey-0123456789-abcdef"  # no sk-/hf_ prefix for a pattern to catch
+    script = [Reply(text="your key is {key}!", tool_calls=[("click", '{"ref": "{key}"}')],
+                    echo_key=True)]
+    with ScriptedOpenAIServer(script) as srv:
+        async with fast_policy(srv.base_url, api_key=key) as policy:
+            out = await policy.act(PolicyRequest(messages=MESSAGES, tools=TOOLS))
+        assert srv.headers[0]["authorization"] == f"Bearer {key}"
+    assert key not in out.text and out.text.startswith("your key is ")
+    assert key not in out.tool_calls[0].arguments
+    from tackroom.records.secrets import scrub, scrub_text
+    assert key not in scrub_text(f"echo {key}") and key not in str(scrub({"m": [key]}))
+
+
+async def test_url_password_is_never_shown_and_at_signs_parse() -> None:
+    p = make_openai_policy("openai:m@http://user:p@ss-w0rd@127.0.0.1:8000/v1")
+    assert p.model == "m" and p.id == "openai:m" and p.url == "http://127.0.0.1:8000/v1"
+    assert "p@ss-w0rd" not in str(p.describe()) + repr(p) + p.id
+    p = make_openai_policy("openai:org/model@v2@http://127.0.0.1:8000/v1")
+    assert p.model == "org/model@v2" and p.url == "http://127.0.0.1:8000/v1"
+    assert make_openai_policy("openai:model@v2", base_url="http://127.0.0.1:1/v1").model \
+        == "model@v2"
+    with pytest.raises(PolicyError) as bad:
+        make_openai_policy("openai:m@http://user:p@ss-w0rd@127.0.0.1:8000/v1", timeout="x")
+    assert "p@ss-w0rd" not in bad.value.line()
+    # An unreachable server's error does not quote the password either.
+    url = f"http://user:hunter2-pw@127.0.0.1:{free_port()}/v1"
+    async with make_openai_policy(f"openai:m@{url}", timeout=2.0, max_retries=0) as policy:
+        with pytest.raises(InfraError) as ei:
+            await policy.act(req())
+    assert "hunter2" not in ei.value.line() + repr(ei.value) + str(policy.describe())
+    assert "unreachable" in ei.value.line()
+
+
+def test_a_url_given_is_never_replaced_by_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    for spec in ("openai:m@127.0.0.1:8000/v1", "openai:m@localhost:8000/v1",
+                 "openai:m@HTTP://127.0.0.1:8000/v1", "openai:m@ftp://host/v1"):
+        try:
+            p = make_openai_policy(spec)
+        except PolicyError as e:
+            assert "openai:MODEL@http://host:port/v1" in e.line(), spec
+        else:
+            assert "api.openai.com" not in p.url, spec

@@ -436,6 +436,27 @@ def test_scrub_rules() -> None:
         assert scrub(text) == text
 
 
+def test_registered_live_secret_is_scrubbed_whatever_it_looks_like(db: Path) -> None:
+    from tackroom.records.secrets import register_secret, scrub_text
+
+    live = "plain-live-value-7Qz9"  # no prefix or key name any pattern knows
+    quoted = 'pass"with\\quote-9876'  # JSON-escaped inside a serialised document
+    assert scrub_text(f"echo {live}") == f"echo {live}"  # unknown until registered
+    assert register_secret(live) and register_secret(quoted)
+    assert not register_secret("short") and not register_secret(None)
+    assert scrub_text(f"echo {live}!") == "echo [redacted]!"
+    assert scrub({"messages": [{"content": f"{live} and {quoted}"}]}) == {
+        "messages": [{"content": "[redacted] and [redacted]"}]}
+    assert scrub_text("short stays") == "short stays"
+    ep = make_episode(7)
+    ep.turns[0].raw_text = f"the server said {live} / {quoted}"
+    with RecordStore(db) as store:
+        store.start_run("run-a", "test", {}, 1)
+        store.append(ep)
+        dump = json.dumps(store.query("SELECT * FROM turns"), default=str)
+    assert "the server said" in dump and live not in dump and "with\\\\quote" not in dump
+
+
 def test_secrets_never_reach_the_store_or_exports(db: Path, tmp_path: Path) -> None:
     ep = make_episode(1)
     ep.turns[0].messages[1]["content"] += f" My key is {OPENAI_KEY}."
@@ -536,7 +557,8 @@ def test_migrates_a_version_1_store(tmp_path: Path) -> None:
         con.execute(sql)
     con.execute("INSERT INTO meta VALUES (1, 1700000000.0, '0.0.1')")
     con.execute(f"ATTACH '{fresh}' AS fresh (READ_ONLY)")
-    con.execute("INSERT INTO runs BY NAME SELECT * FROM fresh.runs")
+    con.execute("INSERT INTO runs BY NAME SELECT * EXCLUDE (owner_host, owner_pid, heartbeat_at) "
+                "FROM fresh.runs")
     con.execute("INSERT INTO episodes BY NAME SELECT * EXCLUDE (failure_mode) FROM fresh.episodes")
     con.execute("INSERT INTO turns BY NAME SELECT * EXCLUDE (run_id) FROM fresh.turns")
     con.close()
@@ -544,7 +566,7 @@ def test_migrates_a_version_1_store(tmp_path: Path) -> None:
     with pytest.raises(RecordStoreError, match="old schema version 1"):
         RecordStore(old, read_only=True)
     with RecordStore(old) as store:  # migrates
-        assert store.query("SELECT schema_version FROM meta") == [{"schema_version": 3}]
+        assert store.query("SELECT schema_version FROM meta") == [{"schema_version": 4}]
         for ep in episodes:
             assert store.load_episode(ep.episode_id, run_id=ep.run_id) == ep
         assert store.query("SELECT run_id, count(*) AS n FROM turns GROUP BY ALL "
@@ -557,7 +579,7 @@ def test_migrates_a_version_1_store(tmp_path: Path) -> None:
         assert store.load_episode(again.episode_id, run_id="run-c") == again
     # The migrated tables are exactly what a new store creates.
     assert table_layout(old) == table_layout(fresh)
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
 
 
 def test_train_steps_are_recorded_and_a_resumed_step_replaces_its_row(tmp_path: Path) -> None:
@@ -827,3 +849,21 @@ def test_export_atif(filled: RecordStore, tmp_path: Path) -> None:
     assert [s["source"] for s in crashed["steps"]] == ["user"]
     assert crashed["extra"]["outcome"] == "infra_error"
     assert crashed["extra"]["error"] == "browser crashed"
+
+
+def test_a_run_whose_process_died_shows_as_interrupted(tmp_path: Path) -> None:
+    """A process that starts a run and dies (SIGKILL, a crash) leaves it `running` in the file;
+    the store reports it as interrupted, and a live owner's run as running."""
+    db = tmp_path / "r.duckdb"
+    code = (f"from tackroom.records import RecordStore\n"
+            f"s = RecordStore({str(db)!r}); s.start_run('dead', 'eval', {{}}, n_planned=1)\n"
+            "s.close()\nimport os; os._exit(0)  # no finish_run\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    with RecordStore(db) as store:
+        store.start_run("alive", "eval", {}, n_planned=1)
+        runs = {r["run_id"]: r for r in store.runs()}
+        raw = {r["run_id"]: r["status"] for r in store.query("SELECT run_id, status FROM runs")}
+    assert runs["dead"]["status"] == "interrupted" and runs["dead"]["orphaned"]
+    assert runs["alive"]["status"] == "running" and not runs["alive"]["orphaned"]
+    assert raw == {"alive": "running", "dead": "running"}  # reading writes nothing

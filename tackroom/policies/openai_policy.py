@@ -20,7 +20,17 @@ Failure classes, and why:
 
 The API key is a secret: it is never part of ``id``, ``repr``, ``describe()``
 or any error text, and server messages are scrubbed of it before we quote them
-(OpenAI echoes part of a wrong key back in its 401 message).
+(OpenAI echoes part of a wrong key back in its 401 message). What the model
+server returns (text, tool calls) is scrubbed of the key too, and the key is
+registered with :func:`tackroom.records.secrets.register_secret` so that the
+record store redacts it wherever it turns up. The same holds for a password in
+the base URL (``http://user:pass@host/v1``), which is never printed either.
+
+A hostile or broken server cannot hang or flood a run: ``timeout`` bounds the
+whole call (a reply trickled one byte at a time times out like a silent one),
+a reply's text and tool-call arguments are cut at ``max_reply_chars``
+(``finish_reason`` becomes ``"length"`` and the text ends with a note saying
+so), and at most ``max_reply_bytes`` of a body are read before the call fails.
 """
 
 from __future__ import annotations
@@ -32,13 +42,14 @@ import random
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import openai
 
 from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
 from tackroom.core.policy import PolicyRequest, PolicyResponse, ToolCall
 from tackroom.policies.options import construct
+from tackroom.records.secrets import MIN_SECRET_CHARS, REDACTED, register_secret
 
 __all__ = ["ContextLengthExceeded", "OpenAIPolicy", "make_openai_policy"]
 
@@ -47,6 +58,15 @@ START_SERVER = "start your vLLM/SGLang server or pass --base-url"
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]"}
 # OpenAI-style secret keys, in case a server quotes one we did not send.
 _KEY_PATTERN = re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-*]{8,}")
+#: The smallest default reply cap (characters); it grows with ``max_tokens``.
+MIN_REPLY_CHARS = 16_384
+#: The default body limit is this many bytes per character of the reply cap
+#: (log-probs and JSON escapes make a body far bigger than its text), and at
+#: least :data:`MIN_REPLY_BYTES`.
+BYTES_PER_REPLY_CHAR = 64
+MIN_REPLY_BYTES = 8 * 1024 * 1024
+#: Appended to a reply's text that was cut at the cap.
+CUT_NOTE = "\n[tackroom: reply cut at {n} characters]"
 _CONTEXT_WORDS = ("context length", "context_length", "maximum context", "context window",
                   "too long", "max_model_len", "maximum model length")
 
@@ -75,6 +95,31 @@ class _Failure:
         return InfraError(
             f"model server at {policy.url} unreachable ({self.message}; {attempts} "
             "attempt(s))", policy.id, START_SERVER)
+
+
+class _TooLarge(Exception):
+    """The body passed the byte limit (internal; becomes an ``InfraError``)."""
+
+
+def _split_userinfo(url: str) -> tuple[str, str, str]:
+    """``(url with user-info percent-encoded, user, password)``.
+
+    The authority ends at the first ``/``, ``?`` or ``#`` and the user-info at
+    its *last* ``@``, so a password may hold ``@`` and ``:``
+    (``http://user:p@ss@host:8000/v1``).
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url, "", ""
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    userinfo, at, hostport = authority.rpartition("@")
+    if not at:
+        return url, "", ""
+    user, _, password = userinfo.partition(":")
+    user, password = unquote(user), unquote(password)
+    enc = quote(user, safe="") + (f":{quote(password, safe='')}" if password else "")
+    return f"{scheme}://{enc}@{hostport}{tail}", user, password
 
 
 def _clean_url(url: str) -> str:
@@ -116,6 +161,13 @@ class OpenAIPolicy:
             extension). ``None`` (default): ask when the server is local, where it
             is almost surely vLLM/SGLang; hosted APIs may reject unknown fields.
         extra_body: more fields for every request (e.g. ``{"top_k": 20}``).
+        max_reply_chars: the most characters of text plus tool-call arguments
+            kept from one reply; the rest is dropped, ``finish_reason`` becomes
+            ``"length"`` and the text ends with :data:`CUT_NOTE`. ``None``
+            (default): ``max(16384, 8 * max_tokens)`` for each request.
+        max_reply_bytes: the most bytes of a response body read; past it the
+            call fails with ``InfraError`` (not retried). ``None`` (default):
+            ``max(8 MiB, 64 * the reply cap)``.
     """
 
     def __init__(
@@ -131,17 +183,23 @@ class OpenAIPolicy:
         backoff_max: float = 8.0,
         return_token_ids: bool | None = None,
         extra_body: dict[str, Any] | None = None,
+        max_reply_chars: int | None = None,
+        max_reply_bytes: int | None = None,
     ) -> None:
         if not model:
             raise PolicyError("empty model name", "openai:", "write openai:MODEL")
-        if max_retries < 0 or max_concurrency < 1 or timeout <= 0:
+        if (max_retries < 0 or max_concurrency < 1 or timeout <= 0
+                or (max_reply_chars is not None and max_reply_chars < 1)
+                or (max_reply_bytes is not None and max_reply_bytes < 1)):
             raise PolicyError(
                 f"bad settings (max_retries={max_retries}, max_concurrency={max_concurrency}, "
-                f"timeout={timeout})", f"openai:{model}",
-                "use max_retries >= 0, max_concurrency >= 1, timeout > 0")
+                f"timeout={timeout}, max_reply_chars={max_reply_chars}, "
+                f"max_reply_bytes={max_reply_bytes})", f"openai:{model}",
+                "use max_retries >= 0, max_concurrency >= 1, timeout > 0, "
+                "max_reply_chars >= 1, max_reply_bytes >= 1")
         self.model = model
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
-        self.base_url = self.base_url.rstrip("/")
+        given = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
+        self.base_url, _, password = _split_userinfo(given.rstrip("/"))
         self.url = _clean_url(self.base_url)
         self.id = f"openai:{model}"
         self.timeout = float(timeout)
@@ -152,6 +210,8 @@ class OpenAIPolicy:
         self.return_token_ids = (_is_local(self.base_url) if return_token_ids is None
                                  else return_token_ids)
         self.extra_body = dict(extra_body or {})
+        self.max_reply_chars = None if max_reply_chars is None else int(max_reply_chars)
+        self.max_reply_bytes = None if max_reply_bytes is None else int(max_reply_bytes)
 
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
@@ -160,7 +220,15 @@ class OpenAIPolicy:
                                   "set OPENAI_API_KEY or pass --base-url for a local server")
             key = "EMPTY"
         # Kept only inside the client and for scrubbing; never printed.
-        self._secrets = [key] if key != "EMPTY" else []
+        self._has_key = key != "EMPTY"
+        secrets = [key] if self._has_key else []
+        if password:
+            secrets += [password, quote(password, safe="")]
+        self._secrets = sorted(set(secrets), key=len, reverse=True)
+        # Long enough to redact from model output without mangling it.
+        self._output_secrets = [v for v in self._secrets if len(v) >= MIN_SECRET_CHARS]
+        for value in self._output_secrets:
+            register_secret(value)  # the record store redacts it wherever it appears
         self._client = openai.AsyncOpenAI(
             api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0)
         self._semaphore = asyncio.Semaphore(self.max_concurrency)
@@ -176,13 +244,21 @@ class OpenAIPolicy:
             "id": self.id,
             "model": self.model,
             "base_url": self.url,
-            "api_key_set": bool(self._secrets),
+            "api_key_set": self._has_key,
             "timeout": self.timeout,
             "max_retries": self.max_retries,
             "max_concurrency": self.max_concurrency,
             "return_token_ids": self.return_token_ids,
             "extra_body": self._scrub_obj(self.extra_body),
+            "max_reply_chars": self.max_reply_chars,
+            "max_reply_bytes": self.max_reply_bytes,
         }
+
+    def reply_limits(self, max_tokens: int) -> tuple[int, int]:
+        """``(characters kept, body bytes read)`` for a request with ``max_tokens``."""
+        chars = self.max_reply_chars or max(MIN_REPLY_CHARS, 8 * int(max_tokens))
+        size = self.max_reply_bytes or max(MIN_REPLY_BYTES, BYTES_PER_REPLY_CHAR * chars)
+        return chars, size
 
     # ----------------------------------------------------------------- act
     async def act(self, request: PolicyRequest) -> PolicyResponse:
@@ -206,19 +282,21 @@ class OpenAIPolicy:
             extra["return_token_ids"] = True
         if extra:
             kwargs["extra_body"] = extra
-        data = await self._post_with_retries(kwargs)
-        return self._parse(data)
+        max_chars, max_bytes = self.reply_limits(s.max_tokens)
+        data = await self._post_with_retries(kwargs, max_bytes)
+        return self._parse(data, max_chars)
 
-    async def _post_with_retries(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+    async def _post_with_retries(self, kwargs: dict[str, Any], max_bytes: int
+                                 ) -> dict[str, Any]:
         attempts = self.max_retries + 1
         for attempt in range(attempts):
-            failure = await self._attempt(kwargs)
+            failure = await self._attempt(kwargs, max_bytes)
             if isinstance(failure, bytes):
                 return self._decode(failure)
             # Raised here, outside any ``except`` block, so that no SDK exception
             # (which holds the request and its Authorization header) rides along
             # as ``__context__``.
-            if isinstance(failure, (PolicyError, ContextLengthExceeded)):
+            if isinstance(failure, (PolicyError, ContextLengthExceeded, InfraError)):
                 raise failure  # retrying cannot help
             if attempt + 1 < attempts:
                 await asyncio.sleep(self._backoff(attempt, failure.retry_after))
@@ -226,13 +304,24 @@ class OpenAIPolicy:
             raise failure.final(self, attempts)
         raise AssertionError("unreachable")  # the loop always returns or raises
 
-    async def _attempt(self, kwargs: dict[str, Any]
-                       ) -> bytes | _Failure | PolicyError | ContextLengthExceeded:
-        """One HTTP attempt: the body, or what went wrong (SDK exceptions do not escape)."""
+    async def _attempt(self, kwargs: dict[str, Any], max_bytes: int
+                       ) -> bytes | _Failure | PolicyError | ContextLengthExceeded | InfraError:
+        """One HTTP attempt: the body, or what went wrong (SDK exceptions do not escape).
+
+        ``timeout`` bounds the whole attempt (connect, wait, every byte of the
+        body), not only each read, so a server that trickles cannot hold a call
+        open; the wait for a concurrency slot is not counted.
+        """
         try:
             async with self._semaphore:
-                raw = await self._client.chat.completions.with_raw_response.create(**kwargs)
-                return raw.http_response.content
+                return await asyncio.wait_for(self._read_body(kwargs, max_bytes), self.timeout)
+        except TimeoutError:
+            return _Failure("timeout")
+        except _TooLarge:
+            return InfraError(
+                f"model server at {self.url} sent a reply larger than {max_bytes} bytes; "
+                "stopped reading", self.id,
+                "check the server (no chat completion is this big), or raise max_reply_bytes")
         except openai.APIStatusError as e:
             status = e.status_code
             if status == 429 or status >= 500:
@@ -243,7 +332,27 @@ class OpenAIPolicy:
             return _Failure("timeout")
         except openai.APIConnectionError as e:
             return _Failure("connection", message=self._cause(e))
+        except Exception as e:
+            # While the body streams, httpx's own errors reach us unwrapped.
+            if not type(e).__module__.startswith("httpx"):
+                raise
+            if "timeout" in type(e).__name__.lower():
+                return _Failure("timeout")
+            return _Failure("connection", message=self._cause(e, e))
         return await self._client_error(*status_error)
+
+    async def _read_body(self, kwargs: dict[str, Any], max_bytes: int) -> bytes:
+        """The response body, streamed; raises :class:`_TooLarge` past ``max_bytes``."""
+        chunks: list[bytes] = []
+        size = 0
+        completions = self._client.chat.completions.with_streaming_response
+        async with completions.create(**kwargs) as response:
+            async for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise _TooLarge  # leaving the block closes the connection
+                chunks.append(chunk)
+        return b"".join(chunks)
 
     def _decode(self, body: bytes) -> dict[str, Any]:
         try:
@@ -305,9 +414,10 @@ class OpenAIPolicy:
         failure: InfraError | PolicyError | None = None
         names: list[str] | None = None
         try:
-            page = await self._client.with_options(timeout=timeout).models.list()
+            page = await asyncio.wait_for(
+                self._client.with_options(timeout=timeout).models.list(), timeout)
             names = [m.id for m in page.data]
-        except (openai.APIConnectionError, openai.APITimeoutError):
+        except (openai.APIConnectionError, openai.APITimeoutError, TimeoutError):
             failure = InfraError(f"model server at {self.url} unreachable", self.id,
                                  START_SERVER)
         except openai.APIStatusError as e:
@@ -326,23 +436,47 @@ class OpenAIPolicy:
     async def list_models(self) -> list[str] | None:
         """The model names ``GET /models`` lists, or ``None`` if it cannot be read."""
         try:
-            page = await self._client.models.list()
-            return [m.id for m in page.data]
+            page = await asyncio.wait_for(self._client.models.list(), self.timeout)
+            return [str(m.id)[:200] for m in page.data[:1000]]
         except Exception:  # noqa: BLE001 - a courtesy look-up inside an error path
             return None
 
     # --------------------------------------------------------------- parse
-    def _parse(self, data: dict[str, Any]) -> PolicyResponse:
-        """Read the raw JSON tolerantly: a malformed tool call is data, not an error."""
+    def _parse(self, data: dict[str, Any], max_chars: int) -> PolicyResponse:
+        """Read the raw JSON tolerantly: a malformed tool call is data, not an error.
+
+        Text and tool-call arguments share a budget of ``max_chars`` characters
+        (after our secrets are redacted); what is past it is dropped.
+        """
+        budget = max_chars
+        cut = False
+
+        def keep(value: str) -> str:
+            nonlocal budget, cut
+            value = self._scrub_output(value)
+            if len(value) > budget:
+                value, cut = value[:budget], True
+            budget -= len(value)
+            return value
+
         choice = data["choices"][0] if isinstance(data["choices"][0], dict) else {}
         message = choice.get("message") or {}
         content = message.get("content")
         if isinstance(content, list):  # content parts; join the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            content = "".join(p.get("text", "") for p in content
+                              if isinstance(p, dict) and isinstance(p.get("text", ""), str))
+        if isinstance(content, str):
+            content = keep(content)
+            if cut:
+                content += CUT_NOTE.format(n=max_chars)
         tool_calls = []
-        for i, tc in enumerate(message.get("tool_calls") or []):
+        raw_calls = message.get("tool_calls") or []
+        for i, tc in enumerate(raw_calls if isinstance(raw_calls, list) else []):
+            if budget <= 0 and i > 0:
+                cut = True
+                break  # no room left for more calls
             if not isinstance(tc, dict):
-                tool_calls.append(ToolCall(id=f"call_{i}", name="", arguments=str(tc)))
+                tool_calls.append(ToolCall(id=f"call_{i}", name="", arguments=keep(str(tc))))
                 continue
             fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
             args = fn.get("arguments")
@@ -350,8 +484,10 @@ class OpenAIPolicy:
                 args = ""
             elif not isinstance(args, str):  # some servers send an object
                 args = json.dumps(args)
-            tool_calls.append(ToolCall(id=str(tc.get("id") or f"call_{i}"),
-                                       name=str(fn.get("name") or ""), arguments=args))
+            tool_calls.append(ToolCall(
+                id=self._scrub_output(str(tc.get("id") or f"call_{i}"))[:200],
+                name=self._scrub_output(str(fn.get("name") or ""))[:200],
+                arguments=keep(args)))
 
         logprobs = None
         lp_content = (choice.get("logprobs") or {}).get("content") \
@@ -369,10 +505,12 @@ class OpenAIPolicy:
             tool_calls=tool_calls,
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
-            token_ids=[int(t) for t in token_ids] if isinstance(token_ids, list) else None,
-            logprobs=logprobs,
-            model=str(data.get("model") or self.model),
-            finish_reason=str(choice.get("finish_reason") or "stop"),
+            # At most one token per kept character: the body limit bounds the rest.
+            token_ids=([int(t) for t in token_ids[:max_chars]]
+                       if isinstance(token_ids, list) else None),
+            logprobs=logprobs[:max_chars] if logprobs is not None else None,
+            model=self._scrub_output(str(data.get("model") or self.model))[:200],
+            finish_reason="length" if cut else str(choice.get("finish_reason") or "stop")[:40],
         )
 
     # ------------------------------------------------------------- secrets
@@ -380,6 +518,13 @@ class OpenAIPolicy:
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return _KEY_PATTERN.sub("***", text)
+
+    def _scrub_output(self, text: str) -> str:
+        """What the server returned, with our key (and URL password) redacted."""
+        for secret in self._output_secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
 
     def _scrub_obj(self, obj: Any) -> Any:
         return json.loads(self._scrub(json.dumps(obj)))
@@ -401,16 +546,15 @@ class OpenAIPolicy:
         msg = " ".join(str(msg).split())[:300] or "(no message)"
         return self._scrub(msg)
 
-    @staticmethod
-    def _cause(e: Exception) -> str:
-        cause = e.__cause__ or e.__context__
+    def _cause(self, e: Exception, cause: BaseException | None = None) -> str:
+        cause = cause or e.__cause__ or e.__context__
         text = str(cause) if cause is not None and str(cause) else str(e)
         low = text.lower()
         if "refused" in low or "errno 111" in low or "all connection attempts failed" in low:
             return "connection refused"
-        if "disconnected" in low or "reset" in low:
+        if "disconnected" in low or "reset" in low or "closed" in low:
             return "connection closed by server"
-        return " ".join(text.split())[:120] or type(e).__name__
+        return self._scrub(" ".join(text.split())[:120]) or type(e).__name__
 
     # --------------------------------------------------------------- close
     async def aclose(self) -> None:
@@ -437,8 +581,22 @@ def _ids_from_tokens(content: list[Any]) -> list[int] | None:
     return ids or None
 
 
-_INT_OPTS = {"max_retries", "max_concurrency"}
+_INT_OPTS = {"max_retries", "max_concurrency", "max_reply_chars", "max_reply_bytes"}
 _FLOAT_OPTS = {"timeout", "backoff_base", "backoff_max"}
+_SPEC_FORM = "write openai:MODEL or openai:MODEL@http://host:port/v1"
+# The ``@`` that starts a URL: the first one followed by ``scheme://``.
+_URL_AT = re.compile(r"@(?=[A-Za-z][A-Za-z0-9+.-]*://)")
+# What follows an ``@`` and looks like a host without a scheme:
+# ``localhost[:port]``, an IP, ``[v6]``, or any ``host:port`` / ``host/path``.
+_BARE_HOST = re.compile(
+    r"^(?:(?:localhost|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\])(?::\d+)?(?:[/?#]|$)"
+    r"|[A-Za-z0-9][A-Za-z0-9.-]*(?::\d+(?:[/?#]|$)|\.[A-Za-z0-9-]+/))")
+
+
+def _shown_spec(spec: str) -> str:
+    """``spec`` safe to print: any URL in it without user-info, query or fragment."""
+    m = _URL_AT.search(spec)
+    return spec if m is None else f"{spec[:m.start()]}@{_clean_url(spec[m.end():])}"
 
 
 def make_openai_policy(spec: str, **opts: Any) -> OpenAIPolicy:
@@ -447,17 +605,35 @@ def make_openai_policy(spec: str, **opts: Any) -> OpenAIPolicy:
     ``opts`` are :class:`OpenAIPolicy` keyword arguments; numeric ones may come
     as strings (from the command line). A ``base_url`` in ``opts`` wins over none
     in the spec; giving both is an error.
+
+    The URL starts at the first ``@`` followed by ``http://`` or ``https://``,
+    so a model name may hold ``@`` (``org/model@v2@http://...``) and so may the
+    URL's password. A spec whose ``@`` is followed by something else that looks
+    like a server (``m@127.0.0.1:8000/v1``, ``m@ftp://...``) is refused: it is
+    never read as a model name served by the default (remote) endpoint.
     """
+    shown = _shown_spec(spec)
     prefix, sep, rest = spec.partition(":")
     if prefix != "openai" or not sep or not rest:
-        raise PolicyError(f"not an openai policy spec: {spec!r}", "--policy",
-                          "write openai:MODEL or openai:MODEL@http://host:port/v1")
-    model, at, url = rest.rpartition("@")
-    if at and url.startswith(("http://", "https://")) and model:
+        raise PolicyError(f"not an openai policy spec: {shown!r}", "--policy", _SPEC_FORM)
+    m = _URL_AT.search(rest)
+    if m is not None:
+        model, url = rest[:m.start()], rest[m.end():]
+        if not url.lower().startswith(("http://", "https://")) or not model:
+            raise PolicyError(f"cannot read model and URL from {shown!r}", "--policy",
+                              _SPEC_FORM + " (MODEL not empty, the URL starting with http:// or https://)")
+        scheme, _, tail = url.partition("://")
+        url = f"{scheme.lower()}://{tail}"  # schemes are case-insensitive
         if opts.get("base_url"):
-            raise PolicyError(f"two base URLs: {spec!r} and base_url={opts['base_url']!r}",
+            raise PolicyError(f"two base URLs: {shown!r} and base_url="
+                              f"{_clean_url(str(opts['base_url']))!r}",
                               "--policy", "give the URL once")
         opts["base_url"] = url
     else:
         model = rest
-    return construct(OpenAIPolicy, model, opts, spec=spec, ints=_INT_OPTS, floats=_FLOAT_OPTS)
+        tails = [rest[i + 1:] for i, c in enumerate(rest) if c == "@"]
+        if any(_BARE_HOST.match(t) for t in tails):
+            raise PolicyError(f"{shown!r} names a server without http:// or https://",
+                              "--policy", _SPEC_FORM)
+    return construct(OpenAIPolicy, model, opts, spec=shown, ints=_INT_OPTS,
+                     floats=_FLOAT_OPTS)

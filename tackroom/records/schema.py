@@ -1,16 +1,18 @@
 """The record store's tables: their columns, the DDL, and the migrations.
 
-Schema version 3 (:data:`SCHEMA_VERSION`) has five tables. Times are Unix
+Schema version 4 (:data:`SCHEMA_VERSION`) has five tables. Times are Unix
 seconds (``DOUBLE``), like the times on :class:`~tackroom.core.episode.Episode`;
 ``JSON`` columns hold scrubbed JSON text (see :mod:`tackroom.records.secrets`)::
 
     meta(schema_version, created_at, tackroom_version)
         one row: the layout version of the file and the tackroom that made it.
     runs(run_id PK, created_at, updated_at, finished_at, command, config JSON,
-         status, manifest_hash, n_planned)
+         status, manifest_hash, n_planned, owner_host, owner_pid, heartbeat_at)
         one row per run: the command line, the config snapshot ``--resume``
         re-reads, ``status`` (one of :data:`RUN_STATUSES`), the hash of the
-        harness manifest and how many cells the run planned.
+        harness manifest, how many cells the run planned, and the process that
+        runs it (host, pid, when it last committed episodes) — a ``running`` run
+        whose process is gone is reported as ``interrupted``.
     episodes(episode_id, run_id, task, suite, harness, harness_hash, policy,
              seed, attempt, sampling JSON, outcome, reward, instruction, error,
              n_turns, prompt_tokens, completion_tokens, parse_errors,
@@ -39,7 +41,8 @@ Join ``turns`` to ``episodes`` on ``(run_id, episode_id)``.
 
 A file with an older ``schema_version`` is migrated in place when opened for
 writing (:func:`migrate`, one transaction: 1→2 re-keyed episodes and turns by
-run, 2→3 added ``episodes.failure_mode`` and ``train_steps``); a newer one is
+run, 2→3 added ``episodes.failure_mode`` and ``train_steps``, 3→4 the run's owner
+and heartbeat); a newer one is
 refused. To change a table: bump :data:`SCHEMA_VERSION`, change the column
 lists here and add the step to :data:`MIGRATIONS`.
 """
@@ -63,7 +66,7 @@ __all__ = [
 
 #: Version of the table layout this code writes. Bump it and add a migration
 #: to ``MIGRATIONS`` whenever a table changes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: The values of ``runs.status``.
 RUN_STATUSES = ("running", "finished", "interrupted")
@@ -78,6 +81,10 @@ RUN_COLUMNS: list[tuple[str, str]] = [
     ("status", "TEXT NOT NULL"),
     ("manifest_hash", "TEXT"),
     ("n_planned", "INTEGER"),
+    # The process that is running it: a run whose owner died shows as interrupted.
+    ("owner_host", "TEXT"),
+    ("owner_pid", "INTEGER"),
+    ("heartbeat_at", "DOUBLE"),
 ]
 
 # (column, SQL type, arrow type) for the two tables written by ``append``.
@@ -211,9 +218,15 @@ _V2_TO_V3 = [
     TRAIN_STEPS_SQL,
 ]
 
+_V3_TO_V4 = [
+    "ALTER TABLE runs ADD COLUMN owner_host TEXT",
+    "ALTER TABLE runs ADD COLUMN owner_pid INTEGER",
+    "ALTER TABLE runs ADD COLUMN heartbeat_at DOUBLE",
+]
+
 #: ``MIGRATIONS[v]`` turns a version-``v`` store into a version-``v+1`` one.
 #: The steps run in one transaction with the ``meta`` update.
-MIGRATIONS: dict[int, list[str]] = {1: _V1_TO_V2, 2: _V2_TO_V3}
+MIGRATIONS: dict[int, list[str]] = {1: _V1_TO_V2, 2: _V2_TO_V3, 3: _V3_TO_V4}
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection, where: str, read_only: bool) -> None:

@@ -11,17 +11,24 @@ secret never reaches the DuckDB file or its write-ahead log. Two rules:
   (``eos_token`` ...) and the ``token`` of a log-prob entry are not secrets;
 * inside every string, ``sk-...`` keys, ``hf_`` / ``ghp_`` / ``github_pat_``
   tokens, ``Bearer``/``Basic`` credentials and ``api_key=<value>``-style
-  assignments are redacted.
+  assignments are redacted;
+* secrets known to be live in this process (the API key a policy sends, a
+  password in its base URL, a served endpoint's key), registered with
+  :func:`register_secret`, are redacted wherever they appear, whatever they
+  look like.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["REDACTED", "scrub", "scrub_text", "may_hold_secret"]
+__all__ = ["REDACTED", "MIN_SECRET_CHARS", "may_hold_secret", "register_secret", "scrub",
+           "scrub_text"]
 
 #: What a secret is replaced with.
 REDACTED = "[redacted]"
@@ -89,8 +96,44 @@ _SECRET_WORDS = ("token", "auth", "apikey", "secret", "passw", "passphrase", "be
                  "credential", "privatekey", "accesskey", "cookie")
 
 
+#: Registered secrets shorter than this are ignored: redacting every "abc"
+#: from model output would mangle it, and such a value protects nothing.
+MIN_SECRET_CHARS = 8
+_LIVE_LOCK = threading.Lock()
+# Each live secret with its JSON-escaped form (what it looks like inside a
+# serialised document), longest first so that one containing another wins.
+_LIVE: tuple[tuple[str, str], ...] = ()
+
+
+def register_secret(value: str | None) -> bool:
+    """Redact ``value`` from everything scrubbed from now on, in this process.
+
+    For secrets in use that no pattern recognises: a policy's API key without
+    a known prefix, a password in a base URL, ``tackroom serve``'s key. Values
+    shorter than :data:`MIN_SECRET_CHARS` are ignored; returns whether
+    ``value`` is (now) registered.
+    """
+    global _LIVE
+    if not isinstance(value, str) or len(value) < MIN_SECRET_CHARS:
+        return False
+    with _LIVE_LOCK:
+        if all(value != v for v, _ in _LIVE):
+            pairs = [*_LIVE, (value, json.dumps(value)[1:-1])]
+            _LIVE = tuple(sorted(pairs, key=lambda p: -len(p[0])))
+    return True
+
+
+def _scrub_live(text: str) -> str:
+    for value, _ in _LIVE:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
 def may_hold_secret(text: str) -> bool:
     """``False`` when ``text`` (a string or a whole JSON document) surely holds no secret."""
+    if any(v in text or e in text for v, e in _LIVE):
+        return True
     low = text.lower()
     if any(mark in low for mark in _SECRET_MARKS):
         return True
@@ -102,6 +145,7 @@ def scrub_text(text: str) -> str:
     """``text`` with secret-looking substrings replaced by :data:`REDACTED`."""
     if not may_hold_secret(text):
         return text
+    text = _scrub_live(text)
     text = _SECRET_TEXT.sub(REDACTED, text)
     text = _BEARER.sub(rf"\1 {REDACTED}", text)
     return _SECRET_ASSIGNMENT.sub(rf"\1{REDACTED}", text)
@@ -115,8 +159,8 @@ def scrub(obj: Any) -> Any:
     ``access_token`` ...; not ``token_ids``, ``prompt_tokens`` or
     ``max_tokens``), whatever its type (``None``, ``""`` and booleans are
     kept). Inside every string, ``sk-...`` keys, ``hf_`` / ``ghp_`` tokens,
-    ``Bearer <token>`` and ``api_key=<value>``-style assignments are redacted.
-    Other values are returned unchanged.
+    ``Bearer <token>``, ``api_key=<value>``-style assignments and registered
+    live secrets (:func:`register_secret`) are redacted. Other values are returned unchanged.
     """
     if isinstance(obj, str):
         return scrub_text(obj)

@@ -4,7 +4,7 @@ The store is the spine that every later stage reads (training, analysis,
 reports, exports). The file is at :data:`DEFAULT_PATH`
 (``./tackroom-runs/tackroom.duckdb``) unless a path is given; the command
 line and other callers take theirs from :func:`default_db`, which honours
-``$TACKROOM_DB``. Schema version 3 has five tables — ``meta``, ``runs``,
+``$TACKROOM_DB``. Schema version 4 has five tables — ``meta``, ``runs``,
 ``episodes``, ``turns`` and ``train_steps`` — whose columns are described
 in :mod:`tackroom.records.schema`; a store with an older schema version is
 migrated when opened for writing, a newer one is refused. Times are Unix
@@ -37,7 +37,9 @@ way in (:mod:`tackroom.records.secrets`).
 from __future__ import annotations
 
 import atexit
+import os
 import re
+import socket
 import threading
 import time
 import weakref
@@ -95,6 +97,38 @@ def _close_open_stores() -> None:
             pass
 
 
+_HOST = socket.gethostname()
+#: Seconds between heartbeats written with a run's episodes.
+HEARTBEAT_S = 5.0
+#: A run on another host whose heartbeat is older than this is taken as interrupted.
+STALE_AFTER_S = 24 * 3600.0
+
+
+def _owner_alive(run: Mapping[str, Any]) -> bool:
+    """Whether the process that owns a ``running`` run may still be running it.
+
+    On this host the process is asked directly (a pid that is gone means the run
+    was interrupted). Another host's process cannot be asked: its run counts as
+    alive until its heartbeat is a day old. Runs recorded before owners were
+    (schema < 4) have none and stay as they are.
+    """
+    host, pid = run.get("owner_host"), run.get("owner_pid")
+    if not host or not pid:
+        return True
+    if host == _HOST:
+        if int(pid) == os.getpid():
+            return True
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # someone else's live process
+            return True
+        return True
+    beat = run.get("heartbeat_at") or run.get("updated_at") or 0.0
+    return time.time() - float(beat) < STALE_AFTER_S
+
+
 def _lock_holder(message: str) -> str:
     match = re.search(r"\(PID (\d+)\)", message)
     return f" (PID {match.group(1)})" if match else ""
@@ -140,6 +174,7 @@ class RecordStore:
         self._pending: dict[tuple[str, str], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self._pending_since = 0.0
         self._flush_error: BaseException | None = None
+        self._last_beat = 0.0
         self._flusher: threading.Thread | None = None
         self._closing = False
         self._con: duckdb.DuckDBPyConnection | None = None
@@ -247,18 +282,20 @@ class RecordStore:
         with self._db_lock:
             con = self._db()
             exists = one(con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]))
+            host, pid = _HOST, os.getpid()
             if exists:
                 con.execute(
                     "UPDATE runs SET status = 'running', updated_at = ?, finished_at = NULL, "
-                    "manifest_hash = coalesce(manifest_hash, ?) WHERE run_id = ?",
-                    [now, manifest_hash, run_id])
+                    "manifest_hash = coalesce(manifest_hash, ?), owner_host = ?, owner_pid = ?, "
+                    "heartbeat_at = ? WHERE run_id = ?",
+                    [now, manifest_hash, host, pid, now, run_id])
             else:
                 con.execute(
                     "INSERT INTO runs (run_id, created_at, updated_at, finished_at, command, "
-                    "config, status, manifest_hash, n_planned) "
-                    "VALUES (?, ?, ?, NULL, ?, ?, 'running', ?, ?)",
+                    "config, status, manifest_hash, n_planned, owner_host, owner_pid, "
+                    "heartbeat_at) VALUES (?, ?, ?, NULL, ?, ?, 'running', ?, ?, ?, ?, ?)",
                     [run_id, now, now, scrubbed_text(command), scrubbed_json(dict(config)),
-                     manifest_hash, int(n_planned)])
+                     manifest_hash, int(n_planned), host, pid, now])
 
     def finish_run(self, run_id: str, status: str = "finished") -> None:
         """Mark a run ``finished`` or ``interrupted`` (commits queued episodes first)."""
@@ -331,6 +368,11 @@ class RecordStore:
             by_run.setdefault(rid, {})[outcome] = n
         for r in runs:
             r["config"] = loads(r["config"], {})
+            # A run left `running` by a process that is gone was interrupted (SIGKILL, a
+            # crash, a lost machine): say so, without writing (the store may be read-only).
+            r["orphaned"] = r["status"] == "running" and not _owner_alive(r)
+            if r["orphaned"]:
+                r["status"] = "interrupted"
             outcomes = {o.value: 0 for o in Outcome}
             outcomes.update(by_run.get(r["run_id"], {}))
             n = sum(outcomes.values())
@@ -486,6 +528,7 @@ class RecordStore:
             except duckdb.ConstraintException:
                 # Some ids exist already: replace them (delete + insert, one transaction).
                 self._insert(con, replace=True)
+            self._beat(con, {e["run_id"] for e, _ in batch})
         except duckdb.Error as exc:
             raise RecordStoreError(f"writing {len(batch)} episode(s) failed: {exc}",
                                    str(self.path),
@@ -494,6 +537,15 @@ class RecordStore:
         finally:
             con.unregister("_tackroom_new_episodes")
             con.unregister("_tackroom_new_turns")
+
+    def _beat(self, con: duckdb.DuckDBPyConnection, run_ids: set[str]) -> None:
+        """Note that this process is alive and writing ``run_ids`` (at most every few seconds)."""
+        now = time.time()
+        if now - self._last_beat < HEARTBEAT_S:
+            return
+        self._last_beat = now
+        con.execute("UPDATE runs SET heartbeat_at = ? WHERE status = 'running' AND "
+                    f"run_id IN ({', '.join('?' * len(run_ids))})", [now, *sorted(run_ids)])
 
     @staticmethod
     def _insert(con: duckdb.DuckDBPyConnection, replace: bool) -> None:

@@ -28,7 +28,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -46,6 +46,12 @@ class Reply:
     as its message, or ``body`` verbatim when given (a dict is JSON-encoded).
     ``delay`` seconds pass before anything is sent (to exceed client timeouts);
     ``drop`` closes the connection without answering.
+
+    Hostile servers: ``trickle`` sends the body one byte every ``trickle``
+    seconds (each read is quick, the whole reply is not); ``huge`` sends a
+    200 reply of that many bytes (a JSON prefix, then filler written in chunks,
+    never held in memory); ``echo_key`` replaces ``{key}`` in the text and in
+    tool-call arguments with the bearer token the request carried.
     """
 
     text: str | None = None
@@ -64,6 +70,9 @@ class Reply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     model: str | None = None
+    trickle: float = 0.0
+    huge: int = 0
+    echo_key: bool = False
 
 
 def text(content: str, **kw: Any) -> Reply:
@@ -133,6 +142,7 @@ class ScriptedOpenAIServer:
         self.received: list[RecordedRequest] = []
         self.in_flight = 0
         self.max_concurrent = 0
+        self.bytes_sent = 0  # body bytes of chat replies written so far
 
     # ------------------------------------------------------------------ life
     def start(self) -> ScriptedOpenAIServer:
@@ -322,8 +332,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _headers(self) -> dict[str, str]:
         return {k.lower(): v for k, v in self.headers.items()}
 
-    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None,
+              trickle: float = 0.0) -> None:
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        srv = self.server_ref
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -331,10 +343,43 @@ class _Handler(BaseHTTPRequestHandler):
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
             self.end_headers()
+            if trickle > 0:
+                self.wfile.flush()
+                for i in range(len(data)):
+                    if srv._stop.wait(trickle):
+                        self.close_connection = True
+                        return
+                    self.wfile.write(data[i:i + 1])
+                    self.wfile.flush()
+                    srv.bytes_sent += 1
+                return
             self.wfile.write(data)
             self.wfile.flush()
+            srv.bytes_sent += len(data)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (timeout); nothing to do
+
+    def _send_huge(self, size: int) -> None:
+        """A 200 reply of ``size`` bytes, written in chunks until done or the client leaves."""
+        srv = self.server_ref
+        head = b'{"object": "chat.completion", "choices": [{"message": {"content": "'
+        chunk = b"x" * 65536
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            self.wfile.write(head)
+            sent = len(head)
+            while sent < size and not srv._stop.is_set():
+                piece = chunk[:size - sent]
+                self.wfile.write(piece)
+                sent += len(piece)
+                srv.bytes_sent += len(piece)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass
+        self.close_connection = True
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
         srv = self.server_ref
@@ -383,10 +428,19 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.drop:
             self.close_connection = True
             return
+        if reply.huge:
+            self._send_huge(reply.huge)
+            return
+        if reply.echo_key:
+            key = self._headers().get("authorization", "").removeprefix("Bearer ")
+            text_ = None if reply.text is None else reply.text.replace("{key}", key)
+            reply = replace(reply, text=text_, tool_calls=[
+                (tc[0], tc[1].replace("{key}", key)) if isinstance(tc, tuple) else tc
+                for tc in reply.tool_calls])
         if reply.body is not None:
-            self._send(reply.status, reply.body, reply.headers)
+            self._send(reply.status, reply.body, reply.headers, reply.trickle)
         elif reply.status != 200:
             self._send(reply.status, _error_body(reply.error or f"error {reply.status}",
                                                  reply.status), reply.headers)
         else:
-            self._send(200, completion_body(reply, body), reply.headers)
+            self._send(200, completion_body(reply, body), reply.headers, reply.trickle)
