@@ -61,7 +61,7 @@ def test_malformed_harness_file_is_one_clear_line(tmp_path):
     line = one_line_error(run_cli("eval", "--suite", "toy", "--harness", str(bad), cwd=tmp_path))
     assert str(bad) in line and "[loop].actions_per_turn" in line and "1 to 50" in line
     v = run_cli("harness", "validate", str(bad), "som-tools", cwd=tmp_path)
-    assert v.returncode == 1 and "ok som-tools" in v.stdout and "actions_per_turn" in v.stderr
+    assert v.returncode == 2 and "ok som-tools" in v.stdout and "actions_per_turn" in v.stderr
 
 
 def test_unknown_task_and_suite_and_policy_are_one_clear_line(tmp_path):

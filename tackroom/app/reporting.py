@@ -57,6 +57,7 @@ def report(runs: Sequence[str] = ("latest",), *, out: str | Path | None = None,
         rep = tackroom.report(["latest"], trained={"bundled": "som-tools"})
         print(rep.path)
     """
+    from tackroom.records.export import check_output_file
     from tackroom.report.html import render_html
     from tackroom.report.view import report_view
 
@@ -64,7 +65,7 @@ def report(runs: Sequence[str] = ("latest",), *, out: str | Path | None = None,
     if len(cells) == 1:
         raise ConfigError("compare names one cell", "--compare",
                           "name at least two POLICY@HARNESS cells")
-    with open_store(store) as st:
+    with open_store(store, read_only=True) as st:
         run_ids = [resolve_run(st, r) for r in runs]
         rows = [row for rid in run_ids for row in st.episodes(run_id=rid)]
         if not rows:
@@ -79,7 +80,12 @@ def report(runs: Sequence[str] = ("latest",), *, out: str | Path | None = None,
         view = report_view(st, run_ids, train_harness=train_harness or None,
                            gain_pairs=gain_pairs or None, compare=pairs or None)
         target = Path(out or Path(st.path).parent / f"report-{'+'.join(run_ids)}.html")
-        render_html(view, st, target)
+        check_output_file(target)
+        try:
+            render_html(view, st, target)
+        except OSError as exc:
+            raise ConfigError(f"cannot write the report ({exc.strerror or exc})", str(target),
+                              "pass a writable file path with --out") from None
     return Report(target.resolve(), run_ids, view)
 
 

@@ -35,13 +35,18 @@ def resolve_run(store: RecordStore, ref: str) -> str:
 
 
 @contextlib.contextmanager
-def open_store(store: RecordStore | str | Path | None) -> Iterator[RecordStore]:
+def open_store(store: RecordStore | str | Path | None, *,
+               read_only: bool = False) -> Iterator[RecordStore]:
     """``store`` itself if it is an open store (left open), else a store opened on that path
-    (default :func:`tackroom.records.default_db`) and closed on exit."""
+    (default :func:`tackroom.records.default_db`) and closed on exit.
+
+    ``read_only=True`` opens the path without writing, for reading commands: it works on a
+    read-only file or file system, beside other readers, and never creates a store.
+    """
     if isinstance(store, RecordStore):
         yield store
         return
-    with RecordStore(store or default_db()) as opened:
+    with RecordStore(store or default_db(), read_only=read_only) as opened:
         yield opened
 
 

@@ -23,8 +23,9 @@ from tackroom.records import default_db
 
 # Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
 _WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
-console = Console(width=_WIDTH)
-err_console = Console(stderr=True, width=_WIDTH)
+# No emoji codes: ``openai:x:`` is a model name, not ❌. Values printed with markup are escaped.
+console = Console(width=_WIDTH, emoji=False)
+err_console = Console(stderr=True, width=_WIDTH, emoji=False)
 
 DbOpt = Annotated[str, typer.Option(
     "--db", help="Record store (DuckDB file; default $TACKROOM_DB or "

@@ -58,6 +58,8 @@ def eval_cmd(
     max_tokens: Annotated[int, typer.Option(help="Max completion tokens per turn.")] = 512,
     logprobs: Annotated[bool, typer.Option(help="Ask the server for log-probs.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds per model call.")] = 60.0,
+    max_episodes: Annotated[int | None, typer.Option(
+        help="Allow a grid of up to N episodes (default limit 1000000).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the grid, run nothing.")] = False,
     resume: Annotated[str | None, typer.Option(
         help="Finish RUN ('latest' for the newest): re-run only missing and infra-failed "
@@ -105,11 +107,13 @@ def eval_cmd(
         if resume:
             run_id = resolve_run(store, resume)
             plan = evaluation.plan_resume(run_id, store, concurrency=concurrency,
-                                          base_url=base_url, sealed=manifest)
+                                          base_url=base_url, sealed=manifest,
+                                          max_episodes=max_episodes)
         elif manifest is not None:
             run_id = new_run_id()
             plan = evaluation.plan_sealed(manifest, concurrency=concurrency, base_url=base_url,
-                                          timeout=timeout, suite_options=suite_options, db=db)
+                                          timeout=timeout, suite_options=suite_options, db=db,
+                                          max_episodes=max_episodes)
         else:
             run_id = new_run_id()
             plan = evaluation.plan(
@@ -118,7 +122,7 @@ def eval_cmd(
                 sampling=Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens,
                                   logprobs=logprobs),
                 concurrency=concurrency, base_url=base_url, timeout=timeout,
-                suite_options=suite_options, db=db)
+                suite_options=suite_options, db=db, max_episodes=max_episodes)
         if dry_run:
             _print_plan(plan)
             evaluation.run_sync(lambda: evaluation.close_policies(plan.owned))
@@ -197,20 +201,21 @@ def _stats(c: dict[str, int]) -> str:
 
 def _print_plan(plan: evaluation.RunPlan) -> None:
     seeds = plan.config.seeds
-    table = Table(title=f"Dry run: {plan.n_episodes} episodes on suite {plan.suite.name}",
-                  title_justify="left")
+    table = Table(title=f"Dry run: {plan.n_episodes} episodes on suite "
+                  f"{escape(plan.suite.name)}", title_justify="left")
     for col in ("harness", "hash", "policy", "tasks", "seeds", "episodes"):
         table.add_column(col)
     groups: dict[tuple[str, str, str], set[str]] = {}
     for c in plan.grid.cells:
         groups.setdefault((c.harness.name, c.harness.hash, c.policy.id), set()).add(c.task.id)
     for (h, hh, p), ts in groups.items():
-        table.add_row(h, hh, p, str(len(ts)), f"{seeds[0]}–{seeds[-1]} ({len(seeds)})",
-                      str(len(ts) * len(seeds)))
+        table.add_row(escape(h), escape(hh), escape(p), str(len(ts)),
+                      f"{seeds[0]}–{seeds[-1]} ({len(seeds)})", str(len(ts) * len(seeds)))
     console.print(table)
     for task, h in plan.grid.inexpressible:
-        console.print(f"[dim]cannot express: {task.id} under {h.name} "
-                      f"(needs {', '.join(sorted(task.requires - h.interface.supports))})[/dim]")
+        needs = ", ".join(sorted(task.requires - h.interface.supports))
+        console.print(f"[dim]cannot express: {escape(task.id)} under {escape(h.name)} "
+                      f"(needs {escape(needs)})[/dim]")
 
 
 def print_results(run: Run, by_task: bool = True) -> None:
@@ -231,7 +236,7 @@ def print_results(run: Run, by_task: bool = True) -> None:
     console.print(summary_table(rows, inexpressible=per_harness or None))
     print_sealed(run, rows)
     _print_infra_errors(rows, run.id)
-    console.print(f"records: {run.db} (run {run.id})")
+    console.print(f"records: {run.db} (run {run.id})", markup=False, highlight=False)
 
 
 def print_sealed(run: Run, rows: list[dict[str, Any]]) -> None:
@@ -296,6 +301,8 @@ def seal_cmd(
       tackroom seal --suite toy --harness som-tools,html-commands --held-out outline-coords \\
           --policy hf:ckpt/a,hf:ckpt/b --seeds 0-9 --out manifest.json
     """
+    evaluation.check_sampling(Sampling(temperature=temperature, top_p=top_p,
+                                       max_tokens=max_tokens, logprobs=logprobs))
     manifest = seal(out, suite=suite, tasks=split(tasks), harnesses=split(harness),
                     policies=split(policy) or ["expert"], seeds=seeds, held_out=split(held_out),
                     train_harnesses=split(train_harness),
@@ -306,11 +313,12 @@ def seal_cmd(
     cannot = sum(1 for tid in manifest.tasks for h in specs
                  if not h.interface.can_express(the_suite.task(tid).requires))
     n_held = len(manifest.held_out)
-    console.print(f"[bold]sealed[/bold] {Path(out)}: manifest sha256:{manifest.hash}")
+    console.print(f"[bold]sealed[/bold] {escape(str(Path(out)))}: manifest "
+                  f"sha256:{manifest.hash}")
     console.print(f"{manifest.n_cells} cells = {len(manifest.policies)} policies × "
                   f"{len(manifest.harnesses)} harnesses"
                   + (f" ({n_held} held out: {', '.join(manifest.held_out)})" if n_held else "")
                   + f" × {len(manifest.tasks)} tasks × {len(manifest.seeds)} seeds"
                   + (f"; {cannot} (task, harness) pairs cannot be expressed and will be "
-                     "reported as such" if cannot else ""))
-    console.print(f"run it with: tackroom eval --sealed {out}")
+                     "reported as such" if cannot else ""), markup=False)
+    console.print(f"run it with: tackroom eval --sealed {out}", markup=False)

@@ -26,12 +26,12 @@ def tasks_cmd(ctx: typer.Context,
     from tackroom.suites import get_suite
 
     s = get_suite(suite)
-    table = Table(title=f"Tasks in {suite}", title_justify="left")
+    table = Table(title=f"Tasks in {escape(suite)}", title_justify="left")
     for col in ("task", "requires", "expert", "description"):
         table.add_column(col)
     for t in s.tasks():
-        table.add_row(t.id, ",".join(sorted(t.requires)), "yes" if t.has_expert else "",
-                      t.description)
+        table.add_row(escape(t.id), escape(",".join(sorted(t.requires))),
+                      "yes" if t.has_expert else "", escape(t.description))
     console.print(table)
 
 
@@ -50,12 +50,12 @@ def tasks_import(directory: Annotated[Path, typer.Argument(
     results = import_tasks(directory, builtin=builtin)
     for r in results:
         if r.imported:
-            console.print(f"[green]imported[/green] {r.id}")
+            console.print(f"[green]imported[/green] {escape(r.id)}")
         else:
-            console.print(f"[yellow]skipped[/yellow]  {r.id}: {escape(r.reason)}")
+            console.print(f"[yellow]skipped[/yellow]  {escape(r.id)}: {escape(r.reason)}")
     n = sum(r.imported for r in results)
     console.print(f"{n} of {len(results)} task(s) imported into {task_store()}; run them with "
-                  "tackroom eval --suite terminal --tasks ID")
+                  "tackroom eval --suite terminal --tasks ID", markup=False)
 
 
 def harness_list() -> None:
@@ -70,11 +70,12 @@ def harness_list() -> None:
         try:
             h = load_harness(str(path))
         except TackroomError as e:
-            table.add_row(name, "[red]invalid[/red]", escape(e.what), "", "", "", "", str(path))
+            table.add_row(escape(name), "[red]invalid[/red]", escape(e.what), "", "", "", "",
+                          escape(str(path)))
             continue
-        table.add_row(h.name, h.hash, h.observation["renderer"], h.actions["interface"],
-                      h.actions["parser"], str(h.loop["actions_per_turn"]),
-                      h.loop["on_action_error"], str(path))
+        table.add_row(*(escape(str(v)) for v in (
+            h.name, h.hash, h.observation["renderer"], h.actions["interface"],
+            h.actions["parser"], h.loop["actions_per_turn"], h.loop["on_action_error"], path)))
     console.print(table)
 
 
@@ -84,12 +85,13 @@ def harness_show(name: Annotated[str, typer.Argument(help="Harness name or path.
     from tackroom.harness.spec import load_harness
 
     h = load_harness(name)
-    console.print(f"[bold]{h.name}[/bold]@{h.hash}  ({h.source})")
+    console.print(f"[bold]{escape(h.name)}[/bold]@{h.hash}  ({escape(h.source)})")
     if len(h.extends) > 1:
-        console.print("extends: " + " -> ".join(Path(p).stem for p in h.extends))
+        console.print("extends: " + " -> ".join(Path(p).stem for p in h.extends), markup=False)
     console.print_json(json.dumps(h.content()))
     console.rule("system prompt the model sees")
-    console.print(HarnessSession(h, "").messages()[0]["content"], markup=False)
+    console.print(HarnessSession(h, "").messages()[0]["content"], markup=False, emoji=False,
+                  highlight=False)
 
 
 def harness_diff(a: Annotated[str, typer.Argument(help="First harness.")],
@@ -98,9 +100,9 @@ def harness_diff(a: Annotated[str, typer.Argument(help="First harness.")],
     from tackroom.harness.spec import load_harness
 
     ha, hb = load_harness(a), load_harness(b)
-    table = Table(title=f"{ha.ident} vs {hb.ident}", title_justify="left")
+    table = Table(title=escape(f"{ha.ident} vs {hb.ident}"), title_justify="left")
     for col in ("slot", ha.name, hb.name):
-        table.add_column(col, overflow="fold")
+        table.add_column(escape(col), overflow="fold")
     ca, cb = ha.content(), hb.content()
     n = 0
     for slot in ca:
@@ -108,17 +110,18 @@ def harness_diff(a: Annotated[str, typer.Argument(help="First harness.")],
         if isinstance(va, dict):
             for k in sorted(set(va) | set(vb)):
                 if va.get(k) != vb.get(k):
-                    table.add_row(f"{slot}.{k}", repr(va.get(k)), repr(vb.get(k)))
+                    table.add_row(escape(f"{slot}.{k}"), escape(repr(va.get(k))),
+                                  escape(repr(vb.get(k))))
                     n += 1
         elif va != vb:
-            table.add_row(slot, repr(va), repr(vb))
+            table.add_row(escape(slot), escape(repr(va)), escape(repr(vb)))
             n += 1
     console.print(table if n else "identical content (same hash)")
 
 
 def harness_validate(paths: Annotated[list[str], typer.Argument(
         help="Harness files or names.")]) -> None:
-    """Check harness files; exit 1 if any is invalid.
+    """Check harness files; exit 2 if any is invalid (one line per file).
 
     [bold]Example[/bold]:  tackroom harness validate harnesses/*.toml
     """
@@ -128,9 +131,9 @@ def harness_validate(paths: Annotated[list[str], typer.Argument(
     for p in paths:
         try:
             h = load_harness(p)
-            console.print(f"[green]ok[/green] {p}: {h.ident}")
+            console.print(f"[green]ok[/green] {escape(p)}: {escape(h.ident)}")
         except TackroomError as e:
             bad += 1
             err_console.print(f"[red]invalid[/red] {escape(e.line())}", soft_wrap=True)
     if bad:
-        raise typer.Exit(1)
+        raise typer.Exit(2)

@@ -21,9 +21,12 @@ def runs_cmd(db: DbOpt = DEFAULT_DB,
 
     [bold]Example[/bold]:  tackroom runs --db ./tackroom-runs/tackroom.duckdb
     """
-    with open_store(db) as store:
+    if not 1 <= limit <= 1_000_000:
+        raise ConfigError(f"--limit {limit} is out of range", "--limit",
+                          "give a number of runs from 1 to 1000000")
+    with open_store(db, read_only=True) as store:
         runs = store.runs()[:limit]
-    table = Table(title=f"Runs in {db}", title_justify="left")
+    table = Table(title=f"Runs in {escape(str(db))}", title_justify="left")
     for col in ("run", "created", "command", "status", "episodes", "success", "infra err"):
         table.add_column(col)
     for r in runs:
@@ -32,10 +35,10 @@ def runs_cmd(db: DbOpt = DEFAULT_DB,
             created = _dt.datetime.fromtimestamp(created).strftime("%Y-%m-%d %H:%M")
         n = r.get("n_episodes", 0)
         rate = r.get("success_rate")
-        table.add_row(r["run_id"], str(created)[:16], str(r.get("command", "")),
-                      str(r.get("status", "")), f"{n}/{r.get('n_planned', '?')}",
-                      f"{100 * rate:.0f}%" if rate is not None else "",
-                      str(r.get("infra_errors", 0) or ""))
+        table.add_row(*(escape(str(v)) for v in (
+            r["run_id"], str(created)[:16], r.get("command", ""), r.get("status", ""),
+            f"{n}/{r.get('n_planned', '?')}", f"{100 * rate:.0f}%" if rate is not None else "",
+            r.get("infra_errors", 0) or "")))
     console.print(table)
 
 
@@ -55,7 +58,7 @@ def show_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")],
     """
     from tackroom.report.terminal import summary_table
 
-    with open_store(db) as store:
+    with open_store(db, read_only=True) as store:
         run_id = resolve_run(store, run)
         if episode is None:
             rows = store.episodes(run_id=run_id)
@@ -64,8 +67,9 @@ def show_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")],
             for col in ("episode", "task", "harness", "policy", "seed", "outcome", "turns"):
                 table.add_column(col)
             for r in rows[:40]:
-                table.add_row(r["episode_id"][:10], r["task"], r["harness"], r["policy"],
-                              str(r["seed"]), r["outcome"], str(r["n_turns"]))
+                table.add_row(*(escape(str(v)) for v in (
+                    r["episode_id"][:10], r["task"], r["harness"], r["policy"], r["seed"],
+                    r["outcome"], r["n_turns"])))
             console.print(table)
             return
         ep = store.load_episode(episode, run_id=run_id)
@@ -76,12 +80,13 @@ def _replay(ep, full: bool) -> None:
     from rich.panel import Panel
 
     console.print(Panel(
-        f"[bold]{escape(ep.task)}[/bold] under [bold]{escape(ep.harness)}[/bold]@{ep.harness_hash} "
-        f"by {escape(ep.policy)}, seed {ep.seed}, attempt {ep.attempt}\n"
+        f"[bold]{escape(ep.task)}[/bold] under [bold]{escape(ep.harness)}[/bold]"
+        f"@{escape(ep.harness_hash)} by {escape(ep.policy)}, seed {ep.seed}, "
+        f"attempt {ep.attempt}\n"
         f"instruction: {escape(ep.instruction)}\noutcome: [bold]{ep.outcome.value}[/bold] "
         f"reward {ep.reward:.2f}" + (f"\nerror: {escape(ep.error)}" if ep.error else "")
-        + (f"\nfailure mode: {ep.failure_mode}" if ep.failure_mode else ""),
-        title=f"episode {ep.episode_id}"))
+        + (f"\nfailure mode: {escape(ep.failure_mode)}" if ep.failure_mode else ""),
+        title=f"episode {escape(ep.episode_id)}"))
     for t in ep.turns:
         msgs = t.messages if full else t.messages[-1:]
         body = []
@@ -89,7 +94,7 @@ def _replay(ep, full: bool) -> None:
             content = m.get("content") or ""
             if m.get("tool_calls"):
                 content += "\n" + json.dumps(m["tool_calls"])
-            body.append(f"[cyan]{m['role']}[/cyan]: {escape(content)}")
+            body.append(f"[cyan]{escape(str(m['role']))}[/cyan]: {escape(content)}")
         out = t.raw_text or ""
         if t.tool_calls:
             out += "\n" + "\n".join(f"{c['function']['name']}({c['function']['arguments']})"
@@ -129,9 +134,9 @@ def export_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")]
     if fmt not in writers:
         raise ConfigError(f"unknown export format {fmt!r}", "--format",
                           "choose jsonl, parquet or atif")
-    with open_store(db) as store:
+    with open_store(db, read_only=True) as store:
         run_id = resolve_run(store, run)
         target = out or {"jsonl": f"{run_id}.jsonl", "parquet": f"{run_id}.parquet",
                          "atif": f"{run_id}-atif"}[fmt]
         n = writers[fmt](store, run_id, target)
-    console.print(f"wrote {n} episodes to {target}")
+    console.print(f"wrote {n} episodes to {target}", markup=False, highlight=False)

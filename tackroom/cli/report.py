@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from tackroom.app.reporting import report
 from tackroom.cli.common import DEFAULT_DB, DbOpt, console, split
@@ -73,4 +74,4 @@ def report_cmd(
     rep = report(runs, out=out, store=db, trained=train_harness, gain=gain_pairs, compare=cells)
     for table in rep.tables():
         console.print(table)
-    console.print(f"[bold]report:[/bold] {rep.path}")
+    console.print(f"[bold]report:[/bold] {escape(str(rep.path))}")

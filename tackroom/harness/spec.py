@@ -154,6 +154,13 @@ def find_harness(ref: str, relative_to: Path | None = None, where: str = "--harn
     for c in candidates:
         if c.is_file():
             return c
+    if p.suffix == ".toml" or os.sep in ref or (os.altsep and os.altsep in ref):
+        # A path, not a name: say what is wrong with that path.
+        shown = relative_to / ref if relative_to is not None and not p.is_absolute() else p
+        if shown.exists():
+            raise HarnessError("not a file", str(shown), "give the path of a harness .toml file")
+        raise HarnessError("harness file not found", str(shown),
+                           "check the path, or use `tackroom harness list` for harness names")
     for d in search_path():
         c = d / f"{ref}.toml"
         if c.is_file():
@@ -177,6 +184,9 @@ def _read(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as e:
         raise HarnessError(f"not valid TOML: {e}", str(path),
                            "fix the syntax (see https://toml.io)") from None
+    except UnicodeDecodeError:
+        raise HarnessError("not a text file (harness files are UTF-8 TOML)", str(path),
+                           "give the path of a harness .toml file, saved as UTF-8") from None
     except OSError as e:
         raise HarnessError(f"cannot read harness file: {e.strerror}", str(path)) from None
 
@@ -243,6 +253,7 @@ def parse_harness(raw: dict[str, Any], source: str = "<memory>",
     _check_loop(slots["loop"], where)
     _check_budget(slots["budget"], where)
     skills = _check_skills(raw.get("skills", []), where)
+    _check_required(raw, where)
     return HarnessSpec(
         name=name,
         description=str(raw.get("description", "")),
@@ -255,6 +266,25 @@ def parse_harness(raw: dict[str, Any], source: str = "<memory>",
         source=source,
         extends=chain,
     )
+
+
+#: What a harness must name itself (or inherit with ``extends``): the slots that make one
+#: harness differ from another. Everything else has a default.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "observation": ("renderer",),
+    "actions": ("interface", "parser"),
+}
+
+
+def _check_required(raw: dict[str, Any], where: str) -> None:
+    missing = [f"[{slot}].{key}" for slot, keys in REQUIRED.items() for key in keys
+               if key not in (raw.get(slot) or {})]
+    if missing:
+        raise HarnessError(
+            f"missing required slot(s) {', '.join(missing)}", where,
+            "name them (e.g. [observation] renderer = \"element_list\", [actions] interface = "
+            "\"element_refs\", parser = \"tool_calls\"), or inherit them with "
+            "extends = \"som-tools\"")
 
 
 def _type(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> None:

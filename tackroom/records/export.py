@@ -18,10 +18,12 @@ per run, each record carrying its ``run_id``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import re
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tackroom.core.episode import Episode, Turn
+from tackroom.core.errors import ConfigError
 from tackroom.records.rows import to_json
 from tackroom.records.store import RecordStore
 
@@ -39,9 +42,52 @@ __all__ = ["export_jsonl", "export_parquet", "export_atif", "episode_to_atif", "
 ATIF_VERSION = "ATIF-v1.4"
 
 
+def _check_file_target(path: Path) -> None:
+    """Refuse an output path that is a directory or any non-regular file (symlink, FIFO,
+    device): an export replaces only regular files. A missing path is fine."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError(f"cannot use this output path ({exc.strerror})", str(path),
+                          "pass a writable file path with --out") from None
+    if stat.S_ISDIR(mode):
+        raise ConfigError("is a directory, not a file", str(path), "pass a file path with --out")
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"exists and is not a regular file ({_kind(mode)}); not replacing it",
+                          str(path), "pass the path of a new or regular file with --out")
+
+
+#: For other writers of output files (the HTML report): the same refusals as an export.
+check_output_file = _check_file_target
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def _write_error(exc: OSError, path: Path) -> ConfigError:
+    reason = exc.strerror or str(exc)
+    return ConfigError(f"cannot write the export ({reason})", str(path),
+                       "pass a writable path with --out")
+
+
 def _atomic_target(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    _check_file_target(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _write_error(exc, path) from None
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # our own leftover (or anything else there): never write through it
+    return tmp
 
 
 # ---------------------------------------------------------------------------
@@ -82,7 +128,10 @@ def export_jsonl(store: RecordStore, run_id: str | None, path: str | Path) -> in
                 f.write(to_json(episode_dict(ep)))
                 f.write("\n")
                 n += 1
+        _check_file_target(path)  # still not something else, just before replacing it
         tmp.replace(path)
+    except OSError as exc:
+        raise _write_error(exc, path) from None
     finally:
         tmp.unlink(missing_ok=True)
     return n
@@ -163,7 +212,10 @@ def export_parquet(store: RecordStore, run_id: str | None, path: str | Path, *,
         assert writer is not None
         writer.close()
         writer = None
+        _check_file_target(path)
         tmp.replace(path)
+    except OSError as exc:
+        raise _write_error(exc, path) from None
     finally:
         if writer is not None:
             writer.close()
@@ -419,13 +471,25 @@ def export_atif(store: RecordStore, run_id: str | None, out_dir: str | Path) -> 
     Returns the number of episodes written.
     """
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError("exists and is not a directory", str(out),
+                          "ATIF writes a directory of trajectory.json files: pass a new or "
+                          "existing directory with --out")
     n = 0
     for ep in store.iter_episodes(run_id):
         base = out if run_id is not None else out / _dir_name(ep.run_id)
         folder = base / _dir_name(ep.episode_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        # Compact JSON: an indented dump uses the pure-Python encoder, ~10x slower.
-        (folder / "trajectory.json").write_text(to_json(episode_to_atif(ep)) + "\n",
-                                                encoding="utf-8")
+        target = folder / "trajectory.json"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = _atomic_target(target)
+            # Compact JSON: an indented dump uses the pure-Python encoder, ~10x slower.
+            try:
+                tmp.write_text(to_json(episode_to_atif(ep)) + "\n", encoding="utf-8")
+                tmp.replace(target)
+            finally:
+                tmp.unlink(missing_ok=True)
+        except OSError as exc:
+            raise _write_error(exc, target) from None
         n += 1
     return n
