@@ -318,3 +318,19 @@ def test_error_lines_print_user_input_verbatim(tmp_path):
     line = one_line_error(run_cli("eval", "--suite", "toy", "--tasks", "[b]x[/b]:x:",
                                   "--dry-run", cwd=tmp_path))
     assert "[b]x[/b]:x:" in line and "❌" not in line
+
+
+def test_result_tables_print_names_verbatim():
+    """Harness, policy and task names in the result tables are text, never markup."""
+    from rich.console import Console
+
+    from tackroom.report.terminal import summary_table, task_matrix
+
+    row = {"task": "toy/click[1]", "harness": "h[bold]x", "harness_hash": "abc",
+           "policy": "p[/]:x:", "seed": 0, "attempt": 0, "sampling": {}, "outcome": "success",
+           "n_turns": 1, "prompt_tokens": 1, "completion_tokens": 1, "parse_errors": 0}
+    console = Console(width=200, record=True, emoji=False)
+    console.print(summary_table([row]))
+    console.print(task_matrix([row], ["h[bold]x"], "p[/]:x:"))
+    text = console.export_text()
+    assert "h[bold]x" in text and "p[/]:x:" in text and "click[1]" in text

@@ -54,7 +54,7 @@ def summary_table(rows: ReportView | Rows, title: str = "Success by harness × p
     if inexpressible:
         table.add_column("cannot express", justify="right")
     for s in cells:
-        line = [s["harness"], s["policy"], _pct(s["rate"]), f"{_pct(s['lo'])}–{_pct(s['hi'])}",
+        line = [escape(s["harness"]), escape(s["policy"]), _pct(s["rate"]), f"{_pct(s['lo'])}–{_pct(s['hi'])}",
                 str(s["n"]), f"{s['mean_turns']:.1f}", f"{s['mean_tokens']:.0f}",
                 str(s["parse_errors"]), str(s["infra_errors"]) if s["infra_errors"] else "·"]
         if inexpressible:
@@ -69,12 +69,12 @@ def task_matrix(rows: Iterable[dict[str, Any]], harnesses: list[str], policy: st
     rows = list(rows)
     cells = by_task(rows)
     tasks = sorted({r["task"] for r in rows} | {t for t, _ in (inexpressible or set())})
-    table = Table(title=f"Success per task — {policy}", title_justify="left")
+    table = Table(title=f"Success per task — {escape(policy)}", title_justify="left")
     table.add_column("task")
     for h in harnesses:
-        table.add_column(h, justify="right")
+        table.add_column(escape(h), justify="right")
     for task in tasks:
-        line = [task.split("/", 1)[-1]]
+        line = [escape(task.split("/", 1)[-1])]
         for h in harnesses:
             s = cells.get((task, h, policy))
             if inexpressible and (task, h) in inexpressible:
@@ -108,13 +108,14 @@ def ceiling_mismatch_table(view: ReportView | Rows,
         ms = [m for m in view["mismatch"] if m["harness"] == h]
         first = True
         for m in ms or [None]:
-            cells = [h, f"{_pct(c['value'])} ({_pct(c['lo'])}–{_pct(c['hi'])})",
+            cells = [escape(h), f"{_pct(c['value'])} ({_pct(c['lo'])}–{_pct(c['hi'])})",
                      c["estimator"]] if first else ["", "", ""]
             first = False
             if m is None:
                 table.add_row(*cells, "", "", "", "")
             else:
-                table.add_row(*cells, m["policy"], _pct(m["success"]), pp(m["mismatch"]),
+                table.add_row(*cells, escape(m["policy"]), _pct(m["success"]),
+                              pp(m["mismatch"]),
                               f"{pp(m['lo'], unit=False)}…{pp(m['hi'], unit=False)}")
     if not table.rows:
         table.caption = view["notes"].get("ceiling") or view["notes"].get("mismatch")
@@ -139,8 +140,9 @@ def sealed_table(section: dict[str, Any]) -> Table:
                       ("infra err", "right"), ("not run", "right")]:
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for c in section["cells"]:
-        harness = c["harness"] + (" [cyan](held out)[/cyan]" if c["held_out"] else "")
-        head = [c["policy"], harness, c["task"].split("/", 1)[-1], str(c["seeds"])]
+        harness = escape(c["harness"]) + (" [cyan](held out)[/cyan]" if c["held_out"] else "")
+        head = [escape(c["policy"]), harness, escape(c["task"].split("/", 1)[-1]),
+                str(c["seeds"])]
         if not c["expressible"]:
             table.add_row(*head, "[dim]n/a[/dim]", "[dim]n/a[/dim]", "[dim]n/a[/dim]",
                           "[dim]cannot express[/dim]")
@@ -182,7 +184,8 @@ def conflation_table(view: ReportView | Rows,
     skipped = {s["at"]: s for s in view["conflation_skipped"]}
     for i in range(len(done) + len(skipped)):
         p = skipped.get(i) or done.pop(0)
-        left, right = f"{p['a'][0]} · {p['a'][1]}", f"{p['b'][0]} · {p['b'][1]}"
+        left = escape(f"{p['a'][0]} · {p['a'][1]}")
+        right = escape(f"{p['b'][0]} · {p['b'][1]}")
         if i in skipped:
             table.add_row(left, "", right, "", f"[dim]{escape(p['reason'])}[/dim]", "", "")
             continue
