@@ -371,3 +371,7 @@ def test_a_verifier_that_cannot_run_is_an_infra_error_not_a_failure(tmp_path):
     assert "the-verifier-says-hello" in eps["prints"].meta["verifier"]["output"]
     assert eps["prints"].meta["verifier"]["exit"] == 0
     assert "built-by-the-agent" in eps["no-binary"].meta["verifier"]["output"]
+    shown = run_cli("show", run.id, eps["prints"].episode_id, "--db", str(tmp_path / "r.duckdb"),
+                    cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "verifier (exit 0)" in shown.stdout and "the-verifier-says-hello" in shown.stdout

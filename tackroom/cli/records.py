@@ -113,6 +113,10 @@ def _replay(ep, full: bool) -> None:
                             subtitle=f"policy {t.t_policy * 1000:.0f} ms · env "
                             f"{t.t_env * 1000:.0f} ms · tokens "
                             f"{t.prompt_tokens}+{t.completion_tokens}"))
+    verifier = ep.meta.get("verifier") if isinstance(ep.meta, dict) else None
+    if isinstance(verifier, dict):
+        console.print(Panel(escape(str(verifier.get("output") or "(no output)")),
+                            title=f"verifier (exit {escape(str(verifier.get('exit')))})"))
 
 
 def export_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")],
