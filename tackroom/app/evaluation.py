@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import itertools
-import math
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tackroom.app.limits import (
+    check_grid_size,
+    check_run_options,
+    check_sampling,
+    parse_seeds,
+    seed_list,
+)
 from tackroom.app.runs import Run, new_run_id, open_store, resolve_run
 from tackroom.core.episode import Episode
 from tackroom.core.errors import ConfigError
@@ -84,137 +89,6 @@ class RunStart:
     resumed: bool
 
 
-#: At most this many seeds in a run, each in ``0 … MAX_SEED``.
-MAX_SEEDS = 1_000_000
-MAX_SEED = 2**31 - 1
-#: Grids larger than this need an explicit ``max_episodes`` (``--max-episodes``).
-MAX_EPISODES = 1_000_000
-#: Most episodes at a time.
-MAX_CONCURRENCY = 4096
-
-
-def _too_many_seeds(n: int | str) -> ConfigError:
-    return ConfigError(f"too many seeds ({n})", "--seeds",
-                       f"give at most {MAX_SEEDS} seeds, each from 0 to {MAX_SEED}")
-
-
-def _check_seed(seed: int) -> int:
-    if not 0 <= seed <= MAX_SEED:
-        raise ConfigError(f"seed {seed} is out of range", "--seeds",
-                          f"each seed must be from 0 to {MAX_SEED}")
-    return seed
-
-
-def seed_list(seeds: Iterable[int] | str) -> list[int]:
-    """Seeds as a sorted list: any iterable of ints, or text such as ``0-9`` / ``0,3,7``.
-
-    Raises:
-        ConfigError: no seeds, more than :data:`MAX_SEEDS`, or one outside ``0 … 2**31-1``.
-    """
-    if isinstance(seeds, str):
-        return parse_seeds(seeds)
-    if isinstance(seeds, range) and len(seeds) > MAX_SEEDS:
-        raise _too_many_seeds(len(seeds))
-    try:
-        taken = list(itertools.islice(iter(seeds), MAX_SEEDS + 1))
-        out = sorted({_check_seed(_int(s)) for s in taken})
-    except (TypeError, ValueError):
-        raise ConfigError(f"cannot read seeds {seeds!r}", "seeds",
-                          "give integers, e.g. range(10)") from None
-    if len(taken) > MAX_SEEDS:
-        raise _too_many_seeds(f"more than {MAX_SEEDS}")
-    if not out:
-        raise ConfigError("no seeds given", "--seeds", "e.g. --seeds 0-9")
-    return out
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise ValueError(value)
-    return int(value)
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``0-9``, ``0,3,7`` or ``0-4,10`` → sorted unique seeds (at most :data:`MAX_SEEDS`)."""
-    seeds: set[int] = set()
-    ranges: list[tuple[int, int]] = []
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if "-" in part:
-                a, b = part.split("-", 1)
-                lo, hi = int(a), int(b)
-                if hi < lo:
-                    raise ValueError
-                ranges.append((lo, hi))
-            else:
-                seeds.add(int(part))
-    except ValueError:
-        raise ConfigError(f"cannot read seeds {text!r}", "--seeds",
-                          "write a range or list, e.g. 0-9 or 0,3,7") from None
-    # Bounded before a range is expanded: 0-99999999999 must not fill the memory.
-    if len(seeds) + sum(hi - lo + 1 for lo, hi in ranges) > MAX_SEEDS:
-        raise _too_many_seeds(len(seeds) + sum(hi - lo + 1 for lo, hi in ranges))
-    for lo, hi in ranges:
-        _check_seed(lo)
-        _check_seed(hi)
-        seeds.update(range(lo, hi + 1))
-    for s in seeds:
-        _check_seed(s)
-    if not seeds:
-        raise ConfigError("no seeds given", "--seeds", "e.g. --seeds 0-9")
-    return sorted(seeds)
-
-
-def check_sampling(sampling: Sampling) -> Sampling:
-    """``sampling`` if every parameter is in range, else a ConfigError naming the option."""
-    t, p, m = sampling.temperature, sampling.top_p, sampling.max_tokens
-    if not _number(t) or not 0.0 <= t <= 2.0:
-        raise ConfigError(f"temperature {t!r} is out of range", "--temperature",
-                          "allowed: 0 to 2")
-    if not _number(p) or not 0.0 < p <= 1.0:
-        raise ConfigError(f"top_p {p!r} is out of range", "--top-p", "allowed: (0, 1]")
-    if not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= 10_000_000:
-        raise ConfigError(f"max_tokens {m!r} is out of range", "--max-tokens",
-                          "allowed: an integer, at least 1 (at most 10000000)")
-    if sampling.seed is not None and (not isinstance(sampling.seed, int)
-                                      or not 0 <= sampling.seed <= MAX_SEED):
-        raise ConfigError(f"sampling seed {sampling.seed!r} is out of range", "sampling.seed",
-                          f"allowed: 0 to {MAX_SEED}")
-    return sampling
-
-
-def _number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def check_run_options(concurrency: int, timeout: float) -> None:
-    """Concurrency in ``0 … 4096`` (0 = the default) and a finite timeout above 0."""
-    if not isinstance(concurrency, int) or isinstance(concurrency, bool) \
-            or not 0 <= concurrency <= MAX_CONCURRENCY:
-        raise ConfigError(f"concurrency {concurrency!r} is out of range", "--concurrency",
-                          f"allowed: 0 to {MAX_CONCURRENCY} (0 = the suite's default)")
-    if not _number(timeout) or not 0 < timeout <= 7 * 86400:
-        raise ConfigError(f"timeout {timeout!r} is out of range", "--timeout",
-                          "allowed: seconds per model call, more than 0 (at most 604800)")
-
-
-def _check_grid_size(n: int, max_episodes: int | None) -> None:
-    if max_episodes is not None and (not isinstance(max_episodes, int)
-                                     or isinstance(max_episodes, bool) or max_episodes < 1):
-        raise ConfigError(f"max_episodes {max_episodes!r} is out of range", "--max-episodes",
-                          "allowed: an integer, at least 1")
-    limit = MAX_EPISODES if max_episodes is None else max_episodes
-    if n > limit:
-        raise ConfigError(
-            f"the grid has {n} episodes, more than the limit of {limit}",
-            "--max-episodes / max_episodes",
-            f"choose fewer tasks, harnesses, policies or seeds, or raise the limit with "
-            f"--max-episodes {n} (max_episodes={n})")
-
-
 def plan(suite: str | Suite = "toy", *, tasks: Sequence[str | Task] | None = None,
          harnesses: Sequence[str | HarnessSpec] | None = None,
          policies: Sequence[str | Policy] = ("expert",), seeds: Iterable[int] | str = range(5),
@@ -232,7 +106,7 @@ def plan(suite: str | Suite = "toy", *, tasks: Sequence[str | Task] | None = Non
     check_run_options(concurrency, timeout)
     sampling = check_sampling(sampling or Sampling())
     if max_episodes is not None:
-        _check_grid_size(0, max_episodes)
+        check_grid_size(0, max_episodes)
     seeds_ = seed_list(seeds)
     suite_opts = dict(suite_options or {})
     the_suite = get_suite(suite, suite_opts) if isinstance(suite, str) else suite
@@ -247,7 +121,7 @@ def plan(suite: str | Suite = "toy", *, tasks: Sequence[str | Task] | None = Non
     specs_h = manifest.load_harnesses() if manifest is not None else \
         [h if isinstance(h, HarnessSpec) else load_harness(h) for h in refs]
     n_policies = len(policies) if policies else 1
-    _check_grid_size(len(task_list) * len(specs_h) * n_policies * len(seeds_), max_episodes)
+    check_grid_size(len(task_list) * len(specs_h) * n_policies * len(seeds_), max_episodes)
     popts: dict[str, Any] = {"timeout": timeout, **dict(policy_options or {})}
     if base_url:
         popts["base_url"] = base_url
@@ -551,7 +425,6 @@ def resume(run_id: str = "latest", *, store: RecordStore | str | Path | None = N
                        on_note=on_note)
 
 
-__all__ = ["MAX_CONCURRENCY", "MAX_EPISODES", "MAX_SEEDS", "RunPlan", "RunStart",
-           "check_run_options", "check_sampling", "close_policies", "evaluate", "evaluate_sealed", "execute",
-           "execute_async", "parse_seeds", "plan", "plan_resume", "plan_sealed", "resume",
-           "run_sync", "seed_list"]
+__all__ = ["RunPlan", "RunStart", "check_run_options", "check_sampling", "close_policies",
+           "evaluate", "evaluate_sealed", "execute", "execute_async", "parse_seeds", "plan",
+           "plan_resume", "plan_sealed", "resume", "run_sync", "seed_list"]

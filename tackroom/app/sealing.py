@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tackroom.app.evaluation import seed_list
+from tackroom.app.limits import check_sampling, seed_list
 from tackroom.core.errors import ConfigError
 from tackroom.core.policy import Sampling
 from tackroom.harness.spec import load_harness
@@ -51,7 +51,7 @@ def seal(out: str | Path | None = None, *, suite: str = "toy", tasks: Sequence[s
         suite=suite, tasks=[t.id for t in task_list],
         harnesses=[(ref, load_harness(ref)) for ref in refs], policies=specs,
         seeds=seed_list(seeds), held_out=list(held_out), train_harnesses=list(train_harnesses),
-        sampling=(sampling or Sampling()).to_dict())
+        sampling=check_sampling(sampling or Sampling()).to_dict())
     if target is not None:
         manifest.write(target)
     return manifest

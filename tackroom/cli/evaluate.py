@@ -301,8 +301,6 @@ def seal_cmd(
       tackroom seal --suite toy --harness som-tools,html-commands --held-out outline-coords \\
           --policy hf:ckpt/a,hf:ckpt/b --seeds 0-9 --out manifest.json
     """
-    evaluation.check_sampling(Sampling(temperature=temperature, top_p=top_p,
-                                       max_tokens=max_tokens, logprobs=logprobs))
     manifest = seal(out, suite=suite, tasks=split(tasks), harnesses=split(harness),
                     policies=split(policy) or ["expert"], seeds=seeds, held_out=split(held_out),
                     train_harnesses=split(train_harness),
