@@ -53,6 +53,14 @@ Choices, and why:
   ``n > 1``, penalties, ``top_k``, ``min_p``, ``logit_bias``, ``top_logprobs > 0``,
   ``response_format`` other than text, ``tool_choice`` ``"required"`` or a named
   function. A silently ignored knob would make a comparison quietly wrong.
+* **Hostile clients are contained.** The listen backlog is 1024 (the standard
+  library's 5 resets connections when a few dozen clients connect at once); a
+  connection silent for ``read_timeout`` (30 s) while a request is awaited is
+  closed (408 when its body stops short); a body over ``max_body`` (8 MB) is a
+  413 sent before the body is read. Every answer, on every path and method,
+  is OpenAI's JSON error shape (404 unknown path, 405 wrong method, 400 for a
+  malformed request line); ``NaN``/``Infinity``, unknown roles and content parts
+  other than text (images, audio) are refused with a 400 — never silently dropped.
 * ``stop`` strings are applied to the finished text (generation is not cut
   short by them); the reply's tokens end with the one that completed the stop
   string, as in vLLM.
@@ -66,6 +74,7 @@ import hmac
 import json
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -92,8 +101,15 @@ __all__ = [
 #: ``max_tokens`` when a request gives none (vLLM would allow the whole context;
 #: a random model that never says ``<|im_end|>`` would then run for minutes).
 DEFAULT_MAX_TOKENS = 2048
-#: The largest request body accepted (bytes).
-MAX_BODY = 32 * 2**20
+#: The largest request body accepted by default (bytes; ``max_body``).
+MAX_BODY = 8 * 2**20
+#: Seconds a connection may stay silent while the server waits for a request's
+#: headers or body, or for the next request on a kept-alive connection (``read_timeout``).
+READ_TIMEOUT = 30.0
+#: The listen backlog: connections the kernel queues before the server accepts them.
+LISTEN_BACKLOG = 1024
+#: Message roles the chat template renders as the model was trained on.
+ROLES = ("system", "user", "assistant", "tool")
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 # The same blocks tackroom.policies.chat_format.parse_tool_calls reads (an
 # unterminated block, cut off by max_tokens, counts too).
@@ -106,16 +122,19 @@ class ApiError(Exception):
 
     TYPES = {400: "invalid_request_error", 401: "authentication_error",
              404: "invalid_request_error", 405: "invalid_request_error",
-             411: "invalid_request_error", 413: "invalid_request_error",
-             500: "server_error"}
+             408: "invalid_request_error", 411: "invalid_request_error",
+             413: "invalid_request_error", 414: "invalid_request_error",
+             431: "invalid_request_error", 500: "server_error",
+             505: "invalid_request_error"}
 
     def __init__(self, status: int, message: str, *, param: str | None = None,
-                 code: str | None = None) -> None:
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message,
@@ -158,6 +177,33 @@ def _number(body: dict[str, Any], key: str, default: Any, *, lo: float | None = 
     return value
 
 
+def _check_message(i: int, m: Any) -> None:
+    """Refuse a message the chat template would render wrongly or silently shorten."""
+    where = f"messages[{i}]"
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        raise ApiError(400, f"{where} must be an object with a string 'role'", param=where)
+    role = m["role"]
+    if role not in ROLES:
+        raise ApiError(400, f"{where} has role {json.dumps(role)[:40]}; the roles are "
+                            f"{', '.join(ROLES)}", param=where)
+    content = m.get("content")
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise ApiError(400, f"{where}.content must be a string, null or a list of "
+                            "text parts", param=where)
+    for k, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text":
+            what = f"a {json.dumps(kind)[:40]} part" if isinstance(kind, str) else "a part " \
+                "without a string 'type'"
+            raise ApiError(400, f"{where}.content[{k}] is {what}; this model takes only "
+                                "text parts ({\"type\": \"text\", \"text\": ...})",
+                           param=where)
+        if not isinstance(part.get("text"), str):
+            raise ApiError(400, f"{where}.content[{k}] needs a string 'text'", param=where)
+
+
 def _refuse(key: str, why: str) -> ApiError:
     return ApiError(400, f"'{key}' {why} is not supported by tackroom serve (the hf backend "
                          "cannot honour it, and ignoring it would change the results)", param=key)
@@ -182,9 +228,7 @@ def parse_chat_request(body: Any, served: dict[str, str | None], *,
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty list", param="messages")
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise ApiError(400, f"messages[{i}] must be an object with a string 'role'",
-                           param=f"messages[{i}]")
+        _check_message(i, m)
     n = _number(body, "n", 1, integer=True)
     if n != 1:
         raise ApiError(400, f"'n' is {n}; tackroom serve returns one choice per request "
@@ -663,6 +707,17 @@ def _first_line(e: BaseException) -> str:
 
 
 # ------------------------------------------------------------------ server
+class _HTTPServer(ThreadingHTTPServer):
+    """A thread per connection, and a listen backlog for bursts of clients.
+
+    The standard library's backlog of 5 resets connections when a few dozen
+    clients connect at once; the kernel caps this one at ``net.core.somaxconn``.
+    """
+
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
+
+
 class ModelServer:
     """An OpenAI-compatible server over one :class:`HFPolicy`; bound, not yet serving.
 
@@ -681,6 +736,11 @@ class ModelServer:
         coalesce_ms: after a batch, how long (at most) requests wait for the
             clients it answered to come back and share the next batch (``_Gate``).
         log: print one line per request to stderr.
+        max_body: the largest request body accepted, in bytes; a longer one is
+            answered 413 without being read.
+        read_timeout: seconds a connection may stay silent while the server waits
+            for a request (its headers, its body, or the next one on a kept-alive
+            connection); then it is closed (408 when a body was cut short).
 
     Raises:
         PolicyError: the model or an adapter cannot be loaded (one clear line).
@@ -693,7 +753,8 @@ class ModelServer:
                  max_batch: int = 8, batch_wait_ms: float = 5.0, device: str = "cpu",
                  dtype: str | None = None, threads: int | None = None,
                  default_max_tokens: int = DEFAULT_MAX_TOKENS, coalesce_ms: float = 100.0,
-                 log: bool = False) -> None:
+                 log: bool = False, max_body: int = MAX_BODY,
+                 read_timeout: float | None = READ_TIMEOUT) -> None:
         if (model_dir is None) == (policy is None):
             raise ConfigError("give a model directory or a loaded policy, not both or neither",
                               "serve", "tackroom serve MODEL_DIR")
@@ -717,10 +778,11 @@ class ModelServer:
         self.api_key = api_key or None
         self.default_max_tokens = int(default_max_tokens)
         self.log = log
+        self.max_body = int(max_body)
         self.created = int(time.time())
-        handler = type("_BoundHandler", (_Handler,), {"app": self})
+        handler = type("_BoundHandler", (_Handler,), {"app": self, "timeout": read_timeout})
         try:
-            self.httpd = ThreadingHTTPServer((host, int(port)), handler)
+            self.httpd = _HTTPServer((host, int(port)), handler)
         except OSError as e:
             raise ConfigError(f"cannot listen on {host}:{port} ({e.strerror or e})", "serve",
                               "pick another --port, or stop what is using it") from None
@@ -803,8 +865,9 @@ def serve_main(model_dir: str, *, host: str = "127.0.0.1", port: int = 8000,
 
     ``kwargs`` are more :class:`ModelServer` settings (``served_name``,
     ``batch_wait_ms``, ``device``, ``dtype``, ``threads``, ``default_max_tokens``,
-    ``coalesce_ms``, ``log``). A bad model directory raises :class:`PolicyError`, a busy port
-    :class:`ConfigError`: one line each, for the CLI to print (exit code 2).
+    ``coalesce_ms``, ``log``, ``max_body``, ``read_timeout``). A bad model directory
+    raises :class:`PolicyError`, a busy port :class:`ConfigError`: one line each, for
+    the CLI to print (exit code 2).
     """
     kwargs.setdefault("log", True)
     server = ModelServer(model_dir, host=host, port=port, api_key=api_key,
@@ -852,15 +915,31 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(data)))
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
-            self.wfile.write(data)
+            if self.command != "HEAD":
+                self.wfile.write(data)
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
     def _send_error(self, e: ApiError) -> None:
-        headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
-        self._send_json(e.status, e.body(), headers)
+        headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}
+        self._send_json(e.status, e.body(), {**headers, **e.headers})
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """The standard library's own errors (a bad request line, headers too long) as JSON."""
+        self.log_error("code %d, message %s", code, message)
+        if self.request_version == "HTTP/0.9":  # an unparsable line: answer in HTTP/1.x
+            self.request_version = "HTTP/1.0"
+        short, long = self.responses.get(code, ("Error", ""))
+        self.close_connection = True
+        text = message or short
+        if explain or long:
+            text = f"{text} ({explain or long})"
+        self._send_error(ApiError(code, text))
 
     def _send_stream(self, chunks: Iterator[dict[str, Any]]) -> None:
         """Server-Sent Events, in HTTP/1.1 chunked transfer encoding (keeps the connection)."""
@@ -900,42 +979,52 @@ class _Handler(BaseHTTPRequestHandler):
                                 "'Authorization: Bearer <key>' with the key the server was "
                                 "started with", code="invalid_api_key")
 
+    def __getattr__(self, name: str) -> Any:
+        # Any method (PUT, DELETE, BREW, ...) is routed, so it is answered with a JSON
+        # 404 or 405 instead of the standard library's HTML 501.
+        if name.startswith("do_"):
+            return self._handle
+        raise AttributeError(name)
+
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        path = self._route()
+        self._handle()
+
+    def do_HEAD(self) -> None:  # noqa: N802 - stdlib name
+        self._handle()
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        self._handle()
+
+    def _handle(self) -> None:
+        path, method = self._route(), self.command
         try:
-            if path in ("/health", "/v1/health"):
+            if method == "POST" and path == "/v1/chat/completions":
+                body = self._read_body()  # always read it, so the connection stays usable
+                self._check_auth()
+                self._chat(body)
+                return
+            if self.headers.get("Content-Length", "0").strip() not in ("", "0") \
+                    or "Transfer-Encoding" in self.headers:
+                self.close_connection = True  # a body this route does not read
+            allowed = _allowed_methods(path)
+            if allowed and method in allowed and path in ("/health", "/v1/health"):
                 self._send_json(200, {"status": "ok"})
                 return
             self._check_auth()
-            if path == "/v1/models":
-                self._send_json(200, {"object": "list", "data": self.app.models()})
-                return
-            if path.startswith("/v1/models/"):
-                name = path[len("/v1/models/"):]
-                for m in self.app.models():
-                    if m["id"] == name:
-                        self._send_json(200, m)
-                        return
-                raise ApiError(404, f"The model `{name}` does not exist. Served models: "
-                                    f"{', '.join(self.app.served)}", code="model_not_found")
-            if path == "/v1/chat/completions":
-                raise ApiError(405, "use POST for /v1/chat/completions")
-            raise ApiError(404, f"no route GET {path}; this server serves GET /v1/models and "
-                                "POST /v1/chat/completions")
+            if allowed is None:
+                raise ApiError(404, f"no route {method} {path}; this server serves GET "
+                                    "/v1/models and POST /v1/chat/completions (chat models "
+                                    "only)")
+            if method not in allowed:
+                raise ApiError(405, f"use {' or '.join(allowed)} for {path}, not {method}",
+                               headers={"Allow": ", ".join(allowed)})
+            self._get(path)
         except ApiError as e:
             self._send_error(e)
-
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
-        path = self._route()
-        try:
-            body = self._read_body()  # always read it, so the connection stays usable
-            self._check_auth()
-            if path != "/v1/chat/completions":
-                raise ApiError(404, f"no route POST {path}; this server serves POST "
-                                    "/v1/chat/completions (chat models only)")
-            self._chat(body)
-        except ApiError as e:
-            self._send_error(e)
+            if e.status == 413:
+                self._linger()
+        except (ConnectionError, TimeoutError):
+            self.close_connection = True
         except Exception as e:  # noqa: BLE001 - never a traceback to the client
             if self.app.log:
                 import traceback
@@ -943,6 +1032,35 @@ class _Handler(BaseHTTPRequestHandler):
                 traceback.print_exc(file=sys.stderr)
             self._send_error(ApiError(500, f"internal error ({type(e).__name__}: "
                                            f"{_first_line(e)})"))
+
+    def _get(self, path: str) -> None:
+        if path == "/v1/models":
+            self._send_json(200, {"object": "list", "data": self.app.models()})
+            return
+        name = path[len("/v1/models/"):]
+        for m in self.app.models():
+            if m["id"] == name:
+                self._send_json(200, m)
+                return
+        raise ApiError(404, f"The model `{name}` does not exist. Served models: "
+                            f"{', '.join(self.app.served)}", code="model_not_found")
+
+    def _linger(self, seconds: float = 2.0) -> None:
+        """After an early answer (413), read what the client still sends for a moment.
+
+        Closing a socket with unread data resets the connection, and the client
+        may then lose the answer; the rest is cut off (only this thread waits).
+        """
+        self.close_connection = True
+        deadline = time.monotonic() + seconds
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            while (left := deadline - time.monotonic()) > 0:
+                self.connection.settimeout(left)
+                if not self.connection.recv(65536):
+                    break
+        except OSError:
+            pass
 
     def _read_body(self) -> Any:
         raw_len = self.headers.get("Content-Length")
@@ -954,15 +1072,28 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self.close_connection = True
             raise ApiError(400, f"bad Content-Length {raw_len!r}") from None
-        if length > MAX_BODY:
+        if length < 0:
+            self.close_connection = True
+            raise ApiError(400, f"bad Content-Length {raw_len!r}")
+        limit = self.app.max_body
+        if length > limit:
             self.close_connection = True
             raise ApiError(413, f"request body of {length} bytes is over the "
-                                f"{MAX_BODY} byte limit")
-        raw = self.rfile.read(length) if length > 0 else b""
+                                f"{limit} byte limit")
+        try:
+            raw = self.rfile.read(length) if length > 0 else b""
+        except TimeoutError:
+            self.close_connection = True
+            raise ApiError(408, f"the request body did not arrive: nothing came for "
+                                f"{self.timeout:g} s") from None
+        if len(raw) < length:
+            self.close_connection = True
+            raise ApiError(400, f"the request body ended after {len(raw)} of the "
+                                f"{length} bytes its Content-Length announced")
         if not raw.strip():
             raise ApiError(400, "empty request body: send a JSON object")
         try:
-            return json.loads(raw)
+            return json.loads(raw, parse_constant=_no_constant)
         except (ValueError, RecursionError) as e:
             raise ApiError(400, f"the request body is not valid JSON ({_first_line(e)})") \
                 from None
@@ -976,3 +1107,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_stream(stream_chunks(completion, req, rid=rid, created=created))
         else:
             self._send_json(200, completion_body(completion, req, rid=rid, created=created))
+
+
+def _allowed_methods(path: str) -> tuple[str, ...] | None:
+    """The methods a path answers, or ``None`` for a path this server does not serve."""
+    if path in ("/health", "/v1/health", "/v1/models") or path.startswith("/v1/models/"):
+        return ("GET", "HEAD")
+    if path == "/v1/chat/completions":
+        return ("POST",)
+    return None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (JSON has no NaN or Infinity)")

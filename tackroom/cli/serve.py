@@ -19,6 +19,10 @@ def serve_cmd(
         help="NAME=DIR: a LoRA adapter served as model NAME. Repeatable.")] = None,
     max_batch: Annotated[int, typer.Option(help="Requests per generate call.")] = 8,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads.")] = None,
+    max_body: Annotated[int, typer.Option(
+        help="Largest request body in bytes; larger ones get a 413 unread.")] = 8_000_000,
+    read_timeout: Annotated[float, typer.Option(
+        help="Seconds a connection may send nothing before it is closed.")] = 30.0,
 ) -> None:
     """Serve a local model over an OpenAI-compatible API (chat completions, tools, streaming,
     log-probs, token ids), so it is evaluated exactly like a vLLM server.
@@ -37,6 +41,11 @@ def serve_cmd(
         if not sep or not name or not path:
             raise ConfigError(f"cannot read {item!r}", "--adapter", "write NAME=DIR")
         adapters[name] = path
-    extra: dict[str, Any] = {"threads": threads} if threads else {}
+    if max_body < 1 or read_timeout <= 0:
+        raise ConfigError(f"max_body = {max_body}, read_timeout = {read_timeout}",
+                          "--max-body/--read-timeout", "use a positive size and timeout")
+    extra: dict[str, Any] = {"max_body": max_body, "read_timeout": read_timeout}
+    if threads:
+        extra["threads"] = threads
     serve_main(model_dir, host=host, port=port, api_key=api_key, adapters=adapters or None,
                max_batch=max_batch, **extra)
