@@ -159,9 +159,30 @@ def test_bad_input_is_one_line(workdir: Path, tmp_path: Path) -> None:
     db = str(workdir / "r.duckdb")
     p = cli("sft", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "--db", db,
             cwd=tmp_path)
-    assert p.returncode == 2 and "not a model directory" in p.stderr
+    assert p.returncode == 2 and "no model directory at" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
     p = cli("sft", str(workdir / "tiny"), "--out", str(tmp_path / "o"), "--db", db,
             "--tasks", "no-such-task", cwd=tmp_path)
     assert p.returncode == 2 and "no recorded episodes match" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("option", "named"), [
+    (["--lr", "-1"], "--lr: lr = -1.0 is out of range"),
+    (["--lr", "nan"], "--lr: lr = nan"),
+    (["--epochs", "0"], "--epochs: epochs = 0.0"),
+    (["--batch-size", "99999999"], "--batch-size: batch_size = 99999999"),
+    (["--grad-accum", "0"], "--grad-accum"),
+    (["--max-length", "0"], "--max-length"),
+    (["--warmup", "-5"], "--warmup"),
+    (["--lora", "--lora-rank", "0"], "--lora-rank"),
+    (["--threads", "0"], "--threads"),
+    (["--seed", "-1"], "--seed"),
+])
+def test_every_numeric_option_is_bounded_before_anything_loads(
+        workdir: Path, tmp_path: Path, option: list[str], named: str) -> None:
+    p = cli("sft", str(workdir / "tiny"), "--out", str(tmp_path / "o"), "--db",
+            str(tmp_path / "r.duckdb"), *option, cwd=tmp_path)
+    assert p.returncode == 2 and named in p.stderr and "out of range" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "sft steps" not in p.stdout
+    assert not (tmp_path / "o").exists()

@@ -111,6 +111,7 @@ def sft_cmd(
         epochs=epochs, batch_size=batch_size, max_length=max_length,
         checkpoint_every=checkpoint_every, seed=seed, device=device, threads=threads,
         save_dtype=save_dtype, init_adapter=adapter)
+    config.check()  # before the progress bar and before torch loads: a typo is one line
     run_id = "sft-" + new_run_id()
     with progress_bar("sft steps", None, stats="preparing examples…") as bar:
 

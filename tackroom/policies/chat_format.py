@@ -196,6 +196,19 @@ def no_progress_bars() -> Iterator[None]:
 MODEL_CARD = "tackroom_model.json"
 
 
+def model_dir_problem(model_dir: str | Path) -> str | None:
+    """What keeps ``model_dir`` from being a save_pretrained model directory, or ``None``.
+
+    A cheap file check, so a wrong path is reported before torch is imported.
+    """
+    path = Path(model_dir)
+    if not path.is_dir():
+        return f"no model directory at {model_dir}"
+    if not (path / "config.json").is_file():
+        return f"{model_dir} is not a model directory (no config.json)"
+    return None
+
+
 def read_model_card(model_dir: str | Path) -> dict[str, Any] | None:
     """The ``tackroom_model.json`` of a directory, or ``None`` (not a tackroom-built model)."""
     p = Path(model_dir) / MODEL_CARD

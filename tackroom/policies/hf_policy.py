@@ -53,7 +53,13 @@ from typing import Any
 
 from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
 from tackroom.core.policy import PolicyRequest, PolicyResponse, Sampling
-from tackroom.policies.chat_format import PAD, no_progress_bars, parse_tool_calls, read_model_card
+from tackroom.policies.chat_format import (
+    PAD,
+    model_dir_problem,
+    no_progress_bars,
+    parse_tool_calls,
+    read_model_card,
+)
 from tackroom.policies.kv import cache_kwarg, cache_of
 from tackroom.policies.options import construct
 
@@ -185,11 +191,8 @@ class HFPolicy:
     # ---------------------------------------------------------------- load
     def _load(self, device: str, dtype: str | None):
         path = Path(self.model_dir)
-        if not path.is_dir():
-            raise PolicyError(f"no model directory at {self.model_dir}", self.id, INIT_HINT)
-        if not (path / "config.json").is_file():
-            raise PolicyError(f"{self.model_dir} is not a model directory (no config.json)",
-                              self.id, INIT_HINT)
+        if (problem := model_dir_problem(path)) is not None:
+            raise PolicyError(problem, self.id, INIT_HINT)
         try:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer

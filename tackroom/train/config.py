@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.errors import ConfigError
+from tackroom.train.engine import MAX_BATCH, MAX_RANK, MAX_SEED, MAX_STEPS
 
 ALGORITHMS = ("grpo", "dr_grpo", "gspo", "gspo_token")
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "constant")
@@ -240,37 +241,42 @@ class RLConfig:
         v = self.epsilon_high
         need("epsilon_high", v is None or v >= 0, ">= 0", "0.28")
         need("beta", self.beta >= 0, ">= 0", "0.04")
-        need("max_completion_length", self.max_completion_length >= 1, ">= 1", "1024")
-        need("num_iterations", self.num_iterations >= 1, ">= 1", "1")
+        need("max_completion_length", 1 <= self.max_completion_length <= 10_000_000,
+             "from 1 to 10_000_000", "1024")
+        need("num_iterations", 1 <= self.num_iterations <= 1000, "from 1 to 1000", "1")
         need("std_eps", self.std_eps > 0, "> 0 (it guards division by a zero std)", "1e-4")
-        need("group_size", self.group_size >= 1, ">= 1 (2 or more for a baseline)", "8")
+        need("group_size", 1 <= self.group_size <= 4096,
+             "from 1 to 4096 (2 or more for a baseline)", "8")
         need("gamma", 0 <= self.gamma <= 1, "in [0, 1]", "1.0")
         need("lam", 0 <= self.lam <= 1, "in [0, 1]", "0.95")
         need("value_coef", self.value_coef >= 0, ">= 0", "0.5")
         need("value_clip", self.value_clip is None or self.value_clip > 0,
              "> 0, or none for no clipping", "0.2")
-        need("value_hidden", self.value_hidden >= 0, ">= 0", "256")
-        need("lora_rank", self.lora_rank >= 1, ">= 1", "32")
-        need("lora_alpha", self.lora_alpha >= 1, ">= 1", "64")
+        need("value_hidden", 0 <= self.value_hidden <= 65536, "from 0 to 65536", "256")
+        need("lora_rank", 1 <= self.lora_rank <= MAX_RANK, f"from 1 to {MAX_RANK}", "32")
+        need("lora_alpha", 1 <= self.lora_alpha <= 1e6, "from 1 to 1e6", "64")
         need("lora_dropout", 0 <= self.lora_dropout < 1, "in [0, 1)", "0.05")
-        need("lr", self.lr > 0, "> 0", "1e-5")
-        need("weight_decay", self.weight_decay >= 0, ">= 0", "0.0")
+        need("lr", 0 < self.lr <= 1, "in (0, 1] (above 1 only diverges)", "1e-5")
+        need("weight_decay", 0 <= self.weight_decay <= 1e3, "from 0 to 1000", "0.0")
         need("adam_beta1", 0 <= self.adam_beta1 < 1, "in [0, 1)", "0.9")
         need("adam_beta2", 0 <= self.adam_beta2 < 1, "in [0, 1)", "0.999")
-        need("max_grad_norm", self.max_grad_norm > 0, "> 0", "1.0")
-        need("warmup_steps", self.warmup_steps >= 0, ">= 0", "0")
+        need("max_grad_norm", 0 < self.max_grad_norm <= 1e12, "in (0, 1e12]", "1.0")
+        need("warmup_steps", 0 <= self.warmup_steps <= MAX_STEPS, f"from 0 to {MAX_STEPS}", "0")
         need("min_lr_ratio", 0 <= self.min_lr_ratio <= 1, "in [0, 1]", "0.1")
-        need("grad_accum", self.grad_accum >= 1, ">= 1", "1")
-        need("micro_batch_size", self.micro_batch_size >= 1, ">= 1", "4")
-        need("steps", self.steps >= 1, ">= 1", "100")
-        need("tasks_per_step", self.tasks_per_step >= 1, ">= 1", "8")
-        need("temperature", self.temperature > 0, "> 0", "1.0")
+        need("grad_accum", 1 <= self.grad_accum <= MAX_BATCH, f"from 1 to {MAX_BATCH}", "1")
+        need("micro_batch_size", 1 <= self.micro_batch_size <= MAX_BATCH,
+             f"from 1 to {MAX_BATCH}", "4")
+        need("steps", 1 <= self.steps <= MAX_STEPS, f"from 1 to {MAX_STEPS}", "100")
+        need("tasks_per_step", 1 <= self.tasks_per_step <= 100_000, "from 1 to 100_000", "8")
+        need("temperature", 0 < self.temperature <= 2, "in (0, 2] (as for evaluation)", "1.0")
         need("top_p", 0 < self.top_p <= 1, "in (0, 1]", "1.0")
-        need("max_tokens", self.max_tokens >= 1, ">= 1", "512")
-        need("concurrency", self.concurrency >= 1, ">= 1", "8")
-        need("eval_every", self.eval_every >= 0, ">= 0", "0")
-        need("eval_seeds", self.eval_seeds >= 1, ">= 1", "1")
-        need("checkpoint_every", self.checkpoint_every >= 0, ">= 0", "50")
+        need("max_tokens", 1 <= self.max_tokens <= 10_000_000, "from 1 to 10_000_000", "512")
+        need("concurrency", 1 <= self.concurrency <= 4096, "from 1 to 4096", "8")
+        need("eval_every", 0 <= self.eval_every <= MAX_STEPS, "0 (never) or a step count", "0")
+        need("eval_seeds", 1 <= self.eval_seeds <= 1_000_000, "from 1 to 1_000_000", "1")
+        need("checkpoint_every", 0 <= self.checkpoint_every <= MAX_STEPS,
+             "0 (never) or a step count", "50")
+        need("seed", 0 <= self.seed <= MAX_SEED, f"from 0 to {MAX_SEED}", "0")
         for logger in self.log_to:
             if logger not in LOGGERS:
                 raise self._fail("log_to", f"names an unknown logger {logger!r}",

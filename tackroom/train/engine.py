@@ -24,11 +24,35 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.errors import ConfigError
-from tackroom.policies.chat_format import MODEL_CARD, no_progress_bars
+from tackroom.policies.chat_format import MODEL_CARD, model_dir_problem, no_progress_bars
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
 CHECKPOINT_PREFIX = "checkpoint-"
+
+
+#: Upper bounds of training settings that size memory or loops: far above any real
+#: run, low enough that a typo (``--batch-size 80000000``) is one line, not an OOM.
+MAX_RANK = 4096
+MAX_BATCH = 65536
+MAX_STEPS = 10_000_000
+MAX_SEED = 2**32 - 1  # what torch and numpy seeds take
+
+
+def check_number(value: Any, lo: float, hi: float, what: str, where: str, *,
+                 integer: bool = False, example: str = "") -> None:
+    """Raise :class:`ConfigError` unless ``value`` is a finite number in ``[lo, hi]``."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+    if not number or (integer and not float(value).is_integer()) or not lo <= value <= hi:
+        kind = "an integer" if integer else "a number"
+        fix = f"give {kind} from {_plain(lo)} to {_plain(hi)}" + (
+            f", e.g. {example}" if example else "")
+        raise ConfigError(f"{what} = {value!r} is out of range", where, fix)
+
+
+def _plain(x: float) -> str:
+    return f"{int(x):_}" if float(x).is_integer() else f"{x:g}"
 
 
 @dataclass(frozen=True)
@@ -40,6 +64,19 @@ class LoraSettings:
     dropout: float = 0.0
     #: ``all-linear`` (every linear layer but the LM head) or a list of module names.
     target_modules: str | tuple[str, ...] = "all-linear"
+
+    def check(self, where: str, options: Mapping[str, str] | None = None) -> None:
+        """Raise :class:`ConfigError` naming the first bad setting.
+
+        ``options`` names the option of a field (``{"rank": "--lora-rank"}``) for the
+        message; other fields are reported under ``where``.
+        """
+        at = (options or {}).get
+        check_number(self.rank, 1, MAX_RANK, "lora rank", at("rank", where), integer=True,
+                     example="32")
+        check_number(self.alpha, 1, 1e6, "lora alpha", at("alpha", where), example="64")
+        check_number(self.dropout, 0, 0.99, "lora dropout", at("dropout", where),
+                     example="0.05")
 
 
 @dataclass(frozen=True)
@@ -58,19 +95,25 @@ class OptimSettings:
     grad_accum: int = 1
     betas: tuple[float, float] = (0.9, 0.999)
 
-    def check(self, where: str) -> None:
-        """Raise :class:`ConfigError` naming the first bad setting."""
-        if not self.lr > 0:
-            raise ConfigError(f"lr = {self.lr} must be positive", where, "e.g. lr = 1e-4")
+    def check(self, where: str, options: Mapping[str, str] | None = None) -> None:
+        """Raise :class:`ConfigError` naming the first bad setting (``options`` as in
+        :meth:`LoraSettings.check`)."""
+        at = (options or {}).get
+        # (field, low, high, integer, example). A learning rate above 1 only
+        # diverges; 0 or NaN trains nothing.
+        rules = (("lr", 1e-12, 1.0, False, "1e-4"), ("weight_decay", 0, 1e3, False, "0.0"),
+                 ("max_grad_norm", 1e-12, 1e12, False, "1.0"),
+                 ("warmup_steps", 0, MAX_STEPS, True, "10"),
+                 ("grad_accum", 1, MAX_BATCH, True, "1 for no accumulation"),
+                 ("min_lr_ratio", 0, 1, False, "0.1"))
+        for name, lo, hi, integer, example in rules:
+            check_number(getattr(self, name), lo, hi, name, at(name, where), integer=integer,
+                         example=example)
+        for beta in self.betas:
+            check_number(beta, 0, 0.999999, "adam beta", at("betas", where), example="0.9")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"unknown schedule {self.schedule!r}", where,
                               f"use one of: {', '.join(SCHEDULES)}")
-        if self.grad_accum < 1:
-            raise ConfigError(f"grad_accum = {self.grad_accum} must be at least 1", where,
-                              "use 1 for no accumulation")
-        if self.warmup_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError("warmup_steps must be >= 0 and min_lr_ratio in [0, 1]", where,
-                              "e.g. warmup_steps = 10, min_lr_ratio = 0.1")
 
 
 SCHEDULES = ("cosine", "linear", "constant")
@@ -132,6 +175,8 @@ class TrainEngine:
         import torch
 
         self.optim.check("optim")
+        if self.lora is not None:
+            self.lora.check("lora")
         if self.threads:
             torch.set_num_threads(int(self.threads))
         torch.manual_seed(self.seed)
@@ -156,9 +201,8 @@ class TrainEngine:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path = Path(self.model_dir)
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"{path} is not a model directory (no config.json)", "model",
-                              "create one with `tackroom model init DIR`")
+        if (problem := model_dir_problem(path)) is not None:
+            raise ConfigError(problem, "model", "create one with `tackroom model init DIR`")
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         if not getattr(tokenizer, "chat_template", None):
             raise ConfigError(f"the tokenizer in {path} has no chat template", "model",

@@ -27,8 +27,18 @@ from typing import Any
 
 from tackroom.core.episode import Outcome, Turn
 from tackroom.core.errors import ConfigError
+from tackroom.policies.chat_format import model_dir_problem
 from tackroom.records.store import RecordStore
-from tackroom.train.engine import LoraSettings, OptimSettings, TrainEngine, latest_checkpoint
+from tackroom.train.engine import (
+    MAX_BATCH,
+    MAX_SEED,
+    MAX_STEPS,
+    LoraSettings,
+    OptimSettings,
+    TrainEngine,
+    check_number,
+    latest_checkpoint,
+)
 
 IGNORE = -100
 
@@ -278,10 +288,25 @@ class SFTConfig:
     init_adapter: str | None = None  # continue training this LoRA adapter
 
     def check(self) -> None:
-        if self.epochs <= 0 or self.batch_size < 1 or self.checkpoint_every < 1:
-            raise ConfigError(f"epochs = {self.epochs}, batch_size = {self.batch_size}, "
-                              f"checkpoint_every = {self.checkpoint_every}", "sft",
-                              "use epochs > 0, batch_size >= 1, checkpoint_every >= 1")
+        """Raise :class:`ConfigError` naming the first bad setting (cheap: before torch loads)."""
+        if (problem := model_dir_problem(self.model)) is not None:
+            raise ConfigError(problem, "MODEL", "create one with `tackroom model init DIR`")
+        check_number(self.epochs, 1e-6, 1e4, "epochs", "--epochs", example="3")
+        check_number(self.batch_size, 1, MAX_BATCH, "batch_size", "--batch-size",
+                     integer=True, example="8")
+        if self.max_length is not None:
+            check_number(self.max_length, 1, 10_000_000, "max_length", "--max-length",
+                         integer=True, example="2048")
+        check_number(self.checkpoint_every, 1, MAX_STEPS, "checkpoint_every",
+                     "--checkpoint-every", integer=True, example="50")
+        check_number(self.seed, 0, MAX_SEED, "seed", "--seed", integer=True, example="0")
+        if self.threads is not None:
+            check_number(self.threads, 1, 4096, "threads", "--threads", integer=True,
+                         example="2")
+        if self.lora is not None:
+            self.lora.check("sft", {"rank": "--lora-rank", "alpha": "--lora-alpha"})
+        self.optim.check("sft", {"lr": "--lr", "warmup_steps": "--warmup",
+                                 "grad_accum": "--grad-accum"})
         if self.save_dtype not in (None, "float16", "bfloat16", "float32"):
             raise ConfigError(f"unknown save dtype {self.save_dtype!r}", "--save-dtype",
                               "use float16, bfloat16 or float32")
@@ -392,7 +417,4 @@ def _schedule(examples: Sequence[Example], config: SFTConfig, start: int, total:
 def _tokenizer(model_dir: str) -> Any:
     from transformers import AutoTokenizer
 
-    if not (Path(model_dir) / "config.json").is_file():
-        raise ConfigError(f"{model_dir} is not a model directory (no config.json)", "MODEL",
-                          "create one with `tackroom model init DIR`")
     return AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
