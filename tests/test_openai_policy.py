@@ -355,6 +355,37 @@ async def test_endless_body_is_not_read_whole() -> None:
     assert srv.bytes_sent < size // 2 and elapsed < 20
 
 
+@pytest.mark.parametrize(("status", "error_type", "says"), [
+    (400, PolicyError, "refused the request (HTTP 400)"),
+    (500, InfraError, "HTTP 500"),
+])
+async def test_huge_error_bodies_are_not_read_whole(status, error_type, says) -> None:
+    # The SDK reads an error body whole before it raises; 100 MB of it must not be.
+    size = 100 * 1024 * 1024
+    with ScriptedOpenAIServer(default=Reply(status=status, huge=size)) as srv:
+        async with fast_policy(srv.base_url, timeout=30.0, max_retries=1) as policy:
+            with pytest.raises(error_type) as ei:
+                await policy.act(req())
+    line = ei.value.line()
+    assert says in line and "timed out" not in line, line
+    assert len(line) < 1000
+    assert srv.bytes_sent < size // 2
+
+
+async def test_a_huge_model_list_is_not_read_whole() -> None:
+    size = 100 * 1024 * 1024
+    script = [error(404, "The model `scripted-model` does not exist.")]
+    with ScriptedOpenAIServer(script, huge_models=size) as srv:
+        async with fast_policy(srv.base_url, timeout=30.0) as policy:
+            with pytest.raises(PolicyError) as ei:
+                await policy.act(req())
+    assert "404" in ei.value.line() and srv.bytes_sent < size // 2
+    with ScriptedOpenAIServer([text("hi")], huge_models=size) as srv:
+        async with fast_policy(srv.base_url, timeout=30.0) as policy:
+            await policy.check()  # an unreadable list is no verdict: the chat call decides
+            assert (await policy.act(req())).text == "hi"
+
+
 async def test_echoed_key_without_known_prefix_is_scrubbed() -> None:
     key = "plainkey-0123456789-abcdef"  # no sk-/hf_ prefix for a pattern to catch
     script = [Reply(text="your key is {key}!", tool_calls=[("click", '{"ref": "{key}"}')],

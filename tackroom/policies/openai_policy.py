@@ -31,6 +31,9 @@ whole call (a reply trickled one byte at a time times out like a silent one),
 a reply's text and tool-call arguments are cut at ``max_reply_chars``
 (``finish_reason`` becomes ``"length"`` and the text ends with a note saying
 so), and at most ``max_reply_bytes`` of a body are read before the call fails.
+Every other body — an error's (4xx/5xx), a model list's — is read to at most
+:data:`MAX_OTHER_BODY_BYTES` and the rest dropped: the SDK would otherwise read
+an error body whole before raising, however large the server makes it.
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import openai
+
+try:  # the HTTP library under the openai SDK: httpx2 in recent releases, httpx before
+    import httpx2 as httpx
+except ImportError:  # pragma: no cover - older openai
+    import httpx  # type: ignore[no-redef]
 
 from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
 from tackroom.core.policy import PolicyRequest, PolicyResponse, ToolCall
@@ -65,6 +73,8 @@ MIN_REPLY_CHARS = 16_384
 #: least :data:`MIN_REPLY_BYTES`.
 BYTES_PER_REPLY_CHAR = 64
 MIN_REPLY_BYTES = 8 * 1024 * 1024
+#: Bytes kept of an error body or a model list (a thousand model names fit).
+MAX_OTHER_BODY_BYTES = 1024 * 1024
 #: Appended to a reply's text that was cut at the cap.
 CUT_NOTE = "\n[tackroom: reply cut at {n} characters]"
 _CONTEXT_WORDS = ("context length", "context_length", "maximum context", "context window",
@@ -99,6 +109,57 @@ class _Failure:
 
 class _TooLarge(Exception):
     """The body passed the byte limit (internal; becomes an ``InfraError``)."""
+
+
+def _model_names(page: Any) -> list[str]:
+    """The names of a ``GET /models`` page, as a hostile server may shape it."""
+    return [str(getattr(m, "id", ""))[:200] for m in list(page.data or [])[:1000]]
+
+
+class _CappedBody(httpx.AsyncByteStream):
+    """A response body that ends after ``limit`` bytes (the rest is never read)."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, limit: int) -> None:
+        self.inner, self.limit = inner, limit
+
+    async def __aiter__(self):  # type: ignore[override]
+        left = self.limit
+        async for chunk in self.inner:
+            yield chunk[:left]
+            left -= len(chunk)
+            if left <= 0:
+                break
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _CappedTransport(httpx.AsyncBaseTransport):
+    """Caps every body but a successful chat completion's, which ``_read_body`` bounds.
+
+    The cap sits under the SDK because the SDK reads an error body whole
+    (``aread``) before it raises, where no caller can stop it.
+    """
+
+    def __init__(self, limit: int = MAX_OTHER_BODY_BYTES) -> None:
+        # The SDK's own pool limits (openai.DefaultAsyncHttpxClient).
+        self.inner = httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100))
+        self.limit = limit
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if request.method == "POST" and response.status_code < 400:
+            return response
+        # Content-Length no longer describes what is read: drop it.
+        headers = [(k, v) for k, v in response.headers.raw if k.lower() != b"content-length"]
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        return httpx.Response(response.status_code, headers=headers,
+                              stream=_CappedBody(response.stream, self.limit),
+                              extensions=response.extensions, request=request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 def _split_userinfo(url: str) -> tuple[str, str, str]:
@@ -230,7 +291,8 @@ class OpenAIPolicy:
         for value in self._output_secrets:
             register_secret(value)  # the record store redacts it wherever it appears
         self._client = openai.AsyncOpenAI(
-            api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0)
+            api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(transport=_CappedTransport()))
         self._semaphore = asyncio.Semaphore(self.max_concurrency)
 
     # ------------------------------------------------------------ identity
@@ -416,7 +478,7 @@ class OpenAIPolicy:
         try:
             page = await asyncio.wait_for(
                 self._client.with_options(timeout=timeout).models.list(), timeout)
-            names = [m.id for m in page.data]
+            names = _model_names(page)
         except (openai.APIConnectionError, openai.APITimeoutError, TimeoutError):
             failure = InfraError(f"model server at {self.url} unreachable", self.id,
                                  START_SERVER)
@@ -425,6 +487,8 @@ class OpenAIPolicy:
                 failure = PolicyError(
                     f"model server at {self.url} rejected the API key (HTTP {e.status_code})",
                     self.id, "check OPENAI_API_KEY")
+        except (ValueError, openai.OpenAIError):
+            pass  # a model list that cannot be read (cut, not JSON): the chat call will tell
         if failure is not None:
             raise failure  # outside the except block: no SDK exception (with headers) attached
         if names is not None and self.model not in names:
@@ -437,7 +501,7 @@ class OpenAIPolicy:
         """The model names ``GET /models`` lists, or ``None`` if it cannot be read."""
         try:
             page = await asyncio.wait_for(self._client.models.list(), self.timeout)
-            return [str(m.id)[:200] for m in page.data[:1000]]
+            return _model_names(page)
         except Exception:  # noqa: BLE001 - a courtesy look-up inside an error path
             return None
 

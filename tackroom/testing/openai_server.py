@@ -49,8 +49,9 @@ class Reply:
 
     Hostile servers: ``trickle`` sends the body one byte every ``trickle``
     seconds (each read is quick, the whole reply is not); ``huge`` sends a
-    200 reply of that many bytes (a JSON prefix, then filler written in chunks,
-    never held in memory); ``echo_key`` replaces ``{key}`` in the text and in
+    reply of that many bytes with ``status`` (a JSON prefix — a completion's or,
+    for an error status, an error's — then filler written in chunks, never held
+    in memory); ``echo_key`` replaces ``{key}`` in the text and in
     tool-call arguments with the bearer token the request carried.
     """
 
@@ -113,7 +114,8 @@ class ScriptedOpenAIServer:
     returns ``None``) the server answers ``default`` if given, else HTTP 500
     saying the script is exhausted. ``models`` (when given) is what
     ``/v1/models`` lists, and a request for any other model gets a 404 as vLLM
-    sends; without it every model name is accepted.
+    sends; without it every model name is accepted. ``huge_models`` makes the
+    model list a body of that many bytes (a hostile server's).
     """
 
     def __init__(
@@ -122,6 +124,7 @@ class ScriptedOpenAIServer:
         *,
         default: Reply | str | None = None,
         models: list[str] | None = None,
+        huge_models: int = 0,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -133,6 +136,7 @@ class ScriptedOpenAIServer:
             self._queue = list(script)
         self.default = default
         self.models = models
+        self.huge_models = huge_models
         self._host, self._port = host, port
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -142,7 +146,7 @@ class ScriptedOpenAIServer:
         self.received: list[RecordedRequest] = []
         self.in_flight = 0
         self.max_concurrent = 0
-        self.bytes_sent = 0  # body bytes of chat replies written so far
+        self.bytes_sent = 0  # body bytes written so far
 
     # ------------------------------------------------------------------ life
     def start(self) -> ScriptedOpenAIServer:
@@ -359,13 +363,15 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (timeout); nothing to do
 
-    def _send_huge(self, size: int) -> None:
-        """A 200 reply of ``size`` bytes, written in chunks until done or the client leaves."""
+    def _send_huge(self, size: int, status: int = 200, head: bytes | None = None) -> None:
+        """A reply of ``size`` bytes, written in chunks until done or the client leaves."""
         srv = self.server_ref
-        head = b'{"object": "chat.completion", "choices": [{"message": {"content": "'
+        if head is None:
+            head = (b'{"object": "chat.completion", "choices": [{"message": {"content": "'
+                    if status == 200 else b'{"error": {"message": "')
         chunk = b"x" * 65536
         try:
-            self.send_response(200)
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(size))
             self.end_headers()
@@ -384,7 +390,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
         srv = self.server_ref
         srv._record(RecordedRequest("GET", self.path, self._headers(), None))
-        if self.path.rstrip("/").endswith("/models"):
+        if self.path.rstrip("/").endswith("/models") and srv.huge_models:
+            self._send_huge(srv.huge_models, head=b'{"object": "list", "data": [{"id": "')
+        elif self.path.rstrip("/").endswith("/models"):
             names = srv.models or ["scripted-model"]
             now = int(time.time())
             self._send(200, {"object": "list", "data": [
@@ -429,7 +437,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if reply.huge:
-            self._send_huge(reply.huge)
+            self._send_huge(reply.huge, reply.status)
             return
         if reply.echo_key:
             key = self._headers().get("authorization", "").removeprefix("Bearer ")
