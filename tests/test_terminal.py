@@ -24,7 +24,7 @@ from tackroom.sandbox import sandbox_available
 from tackroom.suites import get_suite
 from tackroom.suites.terminal import TerminalSuite
 from tackroom.suites.terminal.check import check_task
-from tackroom.suites.terminal.importer import import_tasks
+from tackroom.suites.terminal.importer import NOT_A_TASK, import_tasks
 from tackroom.suites.terminal.taskdir import load_task
 
 pytestmark = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap cannot run here")
@@ -270,6 +270,38 @@ def test_import_harbor_and_terminal_bench_skipping_what_needs_docker(tmp_path):
         assert check.ok and check.solved == 1.0, (name, check)
 
 
+def test_import_checks_each_task_in_the_sandbox_and_lists_every_folder(tmp_path):
+    """A task is kept only when its tests fail untouched and pass solved; what the sandbox
+    lacks is named; a folder that is not a task is listed, never skipped in silence."""
+    src = tmp_path / "src"
+    write_task(src, "good")
+    write_task(src, "always-passes", test="echo 1 > /logs/verifier/reward.txt")
+    write_task(src, "wrong-solution", solve="echo nothing to see")
+    write_task(src, "needs-a-runner", test="tackroom-missing-runner /tests")
+    (src / "docs").mkdir()
+    (src / "docs" / "README.md").write_text("not a task\n")
+    store = tmp_path / "store"
+    seen: list[str] = []
+    results = {r.id: r for r in import_tasks(src, store, on_task=lambda r: seen.append(r.id))}
+    assert seen == sorted(results) and len(results) == 5
+    assert results["good"].imported and results["good"].checked
+    assert (store / "good" / "instruction.md").is_file()
+    for name in ("always-passes", "wrong-solution", "needs-a-runner", "docs"):
+        assert not results[name].imported and not (store / name).exists(), name
+    assert "tests pass on the untouched task" in results["always-passes"].reason
+    assert "reference solution does not pass its tests" in results["wrong-solution"].reason
+    lacks = results["needs-a-runner"].reason
+    assert "sandbox lacks" in lacks and "tackroom-missing-runner not found" in lacks
+    assert results["docs"].reason == NOT_A_TASK
+    # --no-check keeps what can be laid out, and says it was not checked.
+    unchecked = {r.id: r for r in import_tasks(src, store, check=False)}
+    assert unchecked["always-passes"].imported and not unchecked["always-passes"].checked
+    assert not unchecked["docs"].imported
+    p = run_cli("tasks", "import", str(src / "always-passes"), "--no-check", cwd=tmp_path,
+                env_extra={"TACKROOM_TASKS": str(tmp_path / "tasks")})
+    assert p.returncode == 0 and "imported always-passes  (not checked)" in p.stdout, p.stdout
+
+
 def test_cli_import_then_eval_the_imported_task(tmp_path):
     src = tmp_path / "src"
     _terminal_bench_task(src, "tb-cli", run_tests="bash $TEST_DIR/check_answer.sh\n")
@@ -279,6 +311,7 @@ def test_cli_import_then_eval_the_imported_task(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "imported tb-cli" in p.stdout
     assert "skipped  needs-net: tests/test.sh runs 'curl' (needs the network)" in p.stdout
+    assert "1 of 2 folder(s) imported" in p.stdout
     listing = run_cli("tasks", "--suite", "terminal", cwd=tmp_path, env_extra=env)
     assert "tb-cli" in listing.stdout and "csv-column-sum" in listing.stdout
     db = str(tmp_path / "r.duckdb")

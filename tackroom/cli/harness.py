@@ -36,26 +36,38 @@ def tasks_cmd(ctx: typer.Context,
 
 
 def tasks_import(directory: Annotated[Path, typer.Argument(
-        help="A Harbor or Terminal-Bench task directory, or a folder of them.")]) -> None:
+        help="A Harbor or Terminal-Bench task directory, or a folder of them.")],
+        check: Annotated[bool, typer.Option(
+            "--check/--no-check", help="Run each task in the sandbox before keeping it: its "
+            "tests must fail untouched and pass after its solution.")] = True) -> None:
     """Import terminal tasks into $TACKROOM_TASKS (default ./tackroom-tasks).
 
-    Tasks that need Docker or the network are skipped, each with its reason.
+    Each task is checked in the sandbox first (tests fail untouched, pass after the
+    reference solution; a command the sandbox lacks is named). Tasks that need Docker
+    or the network, tasks that fail the check and folders that are not tasks are
+    listed as skipped, each with its reason.
 
-    [bold]Example[/bold]:  tackroom tasks import ~/terminal-bench/tasks
+    [bold]Examples[/bold]
+
+      tackroom tasks import ~/terminal-bench/tasks
+
+      tackroom tasks import ~/harbor-tasks/my-task --no-check
     """
     from tackroom.suites.terminal import BUILTIN
-    from tackroom.suites.terminal.importer import import_tasks, task_store
+    from tackroom.suites.terminal.importer import ImportResult, import_tasks, task_store
 
-    builtin = frozenset(p.name for p in BUILTIN.iterdir() if p.is_dir())
-    results = import_tasks(directory, builtin=builtin)
-    for r in results:
+    def show(r: ImportResult) -> None:
         if r.imported:
-            console.print(f"[green]imported[/green] {escape(r.id)}")
+            console.print(f"[green]imported[/green] {escape(r.id)}"
+                          + ("" if r.checked else "  (not checked)"))
         else:
             console.print(f"[yellow]skipped[/yellow]  {escape(r.id)}: {escape(r.reason)}")
+
+    builtin = frozenset(p.name for p in BUILTIN.iterdir() if p.is_dir())
+    results = import_tasks(directory, builtin=builtin, check=check, on_task=show)
     n = sum(r.imported for r in results)
-    console.print(f"{n} of {len(results)} task(s) imported into {task_store()}; run them with "
-                  "tackroom eval --suite terminal --tasks ID", markup=False)
+    console.print(f"{n} of {len(results)} folder(s) imported into {task_store()}; run them "
+                  "with tackroom eval --suite terminal --tasks ID", markup=False)
 
 
 def harness_list() -> None:

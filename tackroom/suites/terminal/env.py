@@ -180,7 +180,7 @@ class TerminalEnv:
         self.sandbox.close()
         reward, res = self.verify()
         output = res.output(VERIFIER_OUTPUT_LIMIT)
-        missing = _verifier_cannot_run(res.exit_code, output)
+        missing = missing_command(res.exit_code, output)
         if missing:
             # The verifier's own tool is absent: nothing was judged, so it is not a failure.
             raise InfraError(f"the task's verifier could not run (exit {res.exit_code}: "
@@ -256,13 +256,13 @@ _NOT_FOUND = re.compile(r"(?:^|\n)(?:[^\n:]*: )?(?:line \d+: )?([A-Za-z0-9_.+-]+
                         r"(?:command not found|not found|No such file or directory)")
 
 
-def _verifier_cannot_run(exit_code: int | None, output: str) -> str | None:
-    """Why the verifier could not run at all, or ``None`` when it ran and judged.
+def missing_command(exit_code: int | None, output: str) -> str | None:
+    """What a script could not run at all (``"pytest not found"``), or ``None``.
 
     Exit 126/127 from a *command name* the script calls (``pytest: command not
-    found``) means the environment lacks the verifier's tool. A *path* that is
-    missing (``./solution-binary: No such file``) is what the agent had to make:
-    a task failure, judged as such.
+    found``) means the environment lacks the script's tool: a verifier that
+    exits so judged nothing. A *path* that is missing (``./solution-binary: No
+    such file``) is what the agent had to make: a task failure, judged as such.
     """
     if exit_code not in (126, 127):
         return None

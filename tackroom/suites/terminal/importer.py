@@ -6,6 +6,12 @@ A Harbor directory is copied as it is; a Terminal-Bench one (``task.yaml``,
 by a ``tests/test.sh`` that writes reward 1 when it exits 0 (Terminal-Bench
 parses pytest's output; an all-pass run exits 0 the same). A task that needs
 Docker or the network is skipped with its reason, never half-imported.
+
+Each task that can be laid out is then *checked* in the sandbox before it is
+kept (:func:`~tackroom.suites.terminal.check.check_task`): its tests must fail
+on the untouched task and pass after its reference solution, and a script that
+calls a command the sandbox lacks is reported by name. A folder that is not a
+task is listed with the reason, never skipped in silence.
 """
 
 from __future__ import annotations
@@ -13,12 +19,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tackroom.core.errors import ConfigError
-from tackroom.suites.terminal.taskdir import check_supported, load_task
+from tackroom.core.errors import ConfigError, TackroomError
+from tackroom.suites.terminal.check import check_task
+from tackroom.suites.terminal.taskdir import TaskDir, check_supported, load_task
 
 #: Where imported tasks are kept (``$TACKROOM_TASKS`` overrides).
 DEFAULT_STORE = "./tackroom-tasks"
@@ -45,30 +53,49 @@ class ImportResult:
     source: Path
     imported: bool
     reason: str = ""  # why it was skipped
+    #: The check ran and passed (False when it was not asked for, or the task was skipped).
+    checked: bool = False
 
 
 def _is_task(path: Path) -> bool:
     return (path / "task.yaml").is_file() or (path / "instruction.md").is_file()
 
 
+NOT_A_TASK = "not a task directory (no instruction.md or task.yaml)"
+
+
 def import_tasks(source: Path, store: Path | None = None,
-                 builtin: frozenset[str] = frozenset()) -> list[ImportResult]:
-    """Import ``source`` (one task directory, or a directory of them) into ``store``."""
+                 builtin: frozenset[str] = frozenset(), *, check: bool = True,
+                 on_task: Callable[[ImportResult], None] | None = None) -> list[ImportResult]:
+    """Import ``source`` (one task directory, or a directory of them) into ``store``.
+
+    Every sub-folder gets a result: imported, or skipped with its reason (one
+    that is not a task too). With ``check`` each task is run in the sandbox
+    first (tests fail untouched, pass solved); ``on_task`` sees each result as
+    it is decided (checking takes seconds a task).
+    """
     source = Path(source)
     if not source.is_dir():
         raise ConfigError("no such directory", str(source),
                           "pass a Harbor or Terminal-Bench task directory, or a folder of them")
-    dirs = [source] if _is_task(source) else sorted(
-        p for p in source.iterdir() if p.is_dir() and _is_task(p))
-    if not dirs:
+    folders = [source] if _is_task(source) else sorted(p for p in source.iterdir()
+                                                        if p.is_dir())
+    if not any(_is_task(p) for p in folders):
         raise ConfigError("no task directories found (none has instruction.md or task.yaml)",
                           str(source), "pass a task directory or a folder of task directories")
     store = store or task_store()
     store.mkdir(parents=True, exist_ok=True)
-    return [_import_one(d, store, builtin) for d in dirs]
+    results = []
+    for folder in folders:
+        result = (_import_one(folder, store, builtin, check) if _is_task(folder)
+                  else ImportResult(folder.name, folder, False, NOT_A_TASK))
+        if on_task is not None:
+            on_task(result)
+        results.append(result)
+    return results
 
 
-def _import_one(src: Path, store: Path, builtin: frozenset[str]) -> ImportResult:
+def _import_one(src: Path, store: Path, builtin: frozenset[str], check: bool) -> ImportResult:
     task_id = src.name.lower()
     if task_id in builtin:
         return ImportResult(task_id, src, False, "a built-in task has this id; rename the "
@@ -87,11 +114,24 @@ def _import_one(src: Path, store: Path, builtin: frozenset[str]) -> ImportResult
         reason = check_supported(td)
         if reason is not None:
             return ImportResult(task_id, src, False, reason)
+        if check:
+            reason = _check(td)
+            if reason is not None:
+                return ImportResult(task_id, src, False,
+                                    "check failed: " + reason.replace(str(staged), str(src)))
         dest = store / task_id
         if dest.exists():
             shutil.rmtree(dest)
         shutil.copytree(staged, dest, symlinks=True)
-    return ImportResult(task_id, src, True)
+    return ImportResult(task_id, src, True, checked=check)
+
+
+def _check(td: TaskDir) -> str | None:
+    """Why the staged task fails its check in the sandbox, or ``None``."""
+    try:
+        return check_task(td).problem()
+    except TackroomError as e:  # the set-up failed, or the sandbox cannot start
+        return e.line()
 
 
 # -- Terminal-Bench ---------------------------------------------------------------------------
