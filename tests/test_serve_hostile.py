@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
+from conftest import one_line_error, run_cli  # noqa: E402
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -81,6 +82,17 @@ def read_reply(sock: socket.socket) -> bytes:
 def post_chat(srv, **extra):
     payload = {"model": "tiny-chat", "messages": HELLO, "max_tokens": 2, **extra}
     return request(srv, "POST", "/v1/chat/completions", payload)
+
+
+# ------------------------------------------------------------- the command
+@pytest.mark.parametrize(("option", "value"), [
+    ("--port", "70000"), ("--max-batch", "0"), ("--threads", "0"), ("--max-body", "0"),
+    ("--read-timeout", "-1"), ("--read-timeout", "nan"),
+])
+def test_serve_options_are_bounded_before_the_model_loads(tmp_path, option, value):
+    err = one_line_error(run_cli("serve", str(tmp_path / "no-model"), option, value,
+                                 cwd=tmp_path))
+    assert f"{option}:" in err and "out of range" in err
 
 
 # ------------------------------------------------------------------ floods

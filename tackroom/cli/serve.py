@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
+from tackroom.core.bounds import check_number
 from tackroom.core.errors import ConfigError
 
 
@@ -41,9 +42,13 @@ def serve_cmd(
         if not sep or not name or not path:
             raise ConfigError(f"cannot read {item!r}", "--adapter", "write NAME=DIR")
         adapters[name] = path
-    if max_body < 1 or read_timeout <= 0:
-        raise ConfigError(f"max_body = {max_body}, read_timeout = {read_timeout}",
-                          "--max-body/--read-timeout", "use a positive size and timeout")
+    check_number(port, 0, 65535, "port", "--port", integer=True, example="8000")
+    check_number(max_batch, 1, 4096, "max_batch", "--max-batch", integer=True, example="8")
+    if threads is not None:
+        check_number(threads, 1, 4096, "threads", "--threads", integer=True, example="2")
+    check_number(max_body, 1, 2**31, "max_body", "--max-body", integer=True,
+                 example="8000000")
+    check_number(read_timeout, 0.001, 86400, "read_timeout", "--read-timeout", example="30")
     extra: dict[str, Any] = {"max_body": max_body, "read_timeout": read_timeout}
     if threads:
         extra["threads"] = threads

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tackroom.core.bounds import check_number
 from tackroom.core.errors import ConfigError
 from tackroom.policies.chat_format import MODEL_CARD, model_dir_problem, no_progress_bars
 
@@ -37,22 +38,6 @@ MAX_RANK = 4096
 MAX_BATCH = 65536
 MAX_STEPS = 10_000_000
 MAX_SEED = 2**32 - 1  # what torch and numpy seeds take
-
-
-def check_number(value: Any, lo: float, hi: float, what: str, where: str, *,
-                 integer: bool = False, example: str = "") -> None:
-    """Raise :class:`ConfigError` unless ``value`` is a finite number in ``[lo, hi]``."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value)
-    if not number or (integer and not float(value).is_integer()) or not lo <= value <= hi:
-        kind = "an integer" if integer else "a number"
-        fix = f"give {kind} from {_plain(lo)} to {_plain(hi)}" + (
-            f", e.g. {example}" if example else "")
-        raise ConfigError(f"{what} = {value!r} is out of range", where, fix)
-
-
-def _plain(x: float) -> str:
-    return f"{int(x):_}" if float(x).is_integer() else f"{x:g}"
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tackroom.core.bounds import check_number
 from tackroom.core.episode import Outcome, Turn
 from tackroom.core.errors import ConfigError
 from tackroom.policies.chat_format import model_dir_problem
@@ -36,7 +37,6 @@ from tackroom.train.engine import (
     LoraSettings,
     OptimSettings,
     TrainEngine,
-    check_number,
     latest_checkpoint,
 )
 
