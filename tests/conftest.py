@@ -7,6 +7,8 @@ transformers and peft load inside the fixtures that need them.
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import socket
 import subprocess
@@ -47,6 +49,22 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
     return lines[0]
+
+
+def http_request(port: int, method: str, path: str, body: Any = None,
+                 headers: Mapping[str, str] | None = None
+                 ) -> tuple[int, Any, dict[str, str]]:
+    """(status, parsed JSON body or None, headers) of one request to 127.0.0.1 on a fresh
+    connection; ``body`` is bytes sent as they are, or an object sent as JSON."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        conn.request(method, path, body=data, headers=dict(headers or {}))
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, (json.loads(raw) if raw else None), dict(resp.getheaders())
+    finally:
+        conn.close()
 
 
 def free_port() -> int:

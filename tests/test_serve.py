@@ -8,7 +8,6 @@ and the same raw outputs, episode by episode.
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import signal
 import socket
@@ -24,7 +23,7 @@ pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 openai = pytest.importorskip("openai")
 
-from conftest import CLICK_TOOLS, free_port  # noqa: E402
+from conftest import CLICK_TOOLS, free_port, http_request  # noqa: E402
 
 from tackroom.core import Sampling  # noqa: E402
 from tackroom.core.errors import ConfigError, ContextLengthExceeded, PolicyError  # noqa: E402
@@ -108,15 +107,7 @@ def create(client, srv, messages, **kw):
 
 
 def raw_request(srv, method, path, body=None, headers=None):
-    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
-    try:
-        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-        conn.request(method, path, body=data, headers=headers or {})
-        resp = conn.getresponse()
-        text = resp.read().decode()
-        return resp.status, (json.loads(text) if text else None), dict(resp.getheaders())
-    finally:
-        conn.close()
+    return http_request(srv.port, method, path, body, headers)
 
 
 # --------------------------------------------------------------- endpoints

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-from conftest import one_line_error, run_cli  # noqa: E402
+from conftest import http_request, one_line_error, run_cli  # noqa: E402
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -44,16 +44,7 @@ def impatient(tiny_chat_dir):
 
 
 def request(srv, method, path, body=None, headers=None):
-    """(status, parsed JSON body or None, headers) of one request on a fresh connection."""
-    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
-    try:
-        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-        conn.request(method, path, body=data, headers=headers or {})
-        resp = conn.getresponse()
-        raw = resp.read()
-        return resp.status, (json.loads(raw) if raw else None), dict(resp.getheaders())
-    finally:
-        conn.close()
+    return http_request(srv.port, method, path, body, headers)
 
 
 def assert_openai_error(status, body, expected):
