@@ -4,15 +4,22 @@ One :class:`MiniWoBEnv` owns one browser (one ``chromedriver`` + ``chromium``
 process group). It wraps the real ``miniwob`` package — its
 ``MiniWoBEnvironment`` (the class ``gymnasium.make("miniwob/<task>-v1")``
 builds), its ``reset`` / ``step`` / ``create_action`` and its JavaScript task
-pages — and changes only three things, each narrowly, by subclassing:
+pages — and changes only four things, each narrowly, by subclassing:
 
 * **Chrome flags.** miniwob's ``create_driver`` passes only ``headless``,
   ``disable-gpu`` and ``no-sandbox``. Offline and as root Chrome also wants
   no background networking, component updates, sync or first-run work, a
-  fixed window and ``/dev/shm``-free shared memory. Chromedriver is started in
-  its own process group so that :meth:`MiniWoBEnv.close` (or a finalizer at
-  garbage collection or interpreter exit) can kill every process of that
-  browser, and nothing else.
+  fixed window and ``/dev/shm``-free shared memory, and Chrome talks to
+  chromedriver over a pipe (``--remote-debugging-pipe``) instead of a port, so
+  it exits when chromedriver does.
+* **No browser outlives tackroom.** Chromedriver leads its own process group,
+  which its Chrome joins, so :meth:`MiniWoBEnv.close` (or a finalizer at
+  garbage collection or interpreter exit: Ctrl-C and SIGTERM end that way)
+  kills every process of that browser, and nothing else. If tackroom is
+  killed outright (SIGKILL, a crash) the kernel kills chromedriver with it
+  (``PR_SET_PDEATHSIG``, from a launcher thread that lives as long as the
+  process), and the next pool reaps whatever a dead run left: see
+  :mod:`tackroom.suites.miniwob.reaper`.
 * **One round trip per observation.** Each WebDriver call costs several
   milliseconds; miniwob's ``get_observation`` makes two (utterance, DOM) and
   we would need a third for the HTML. :class:`_Instance` fetches all three
@@ -32,15 +39,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 import urllib.parse
 import weakref
 from typing import Any
 
+import tackroom.suites.miniwob.reaper as reaper
 from tackroom.core.actions import Action, Click, ClickAt, Press, Type, TypeText
 from tackroom.core.errors import ActionError, InfraError, TaskNotFound
 from tackroom.core.observation import Element, Observation
@@ -100,6 +106,9 @@ CHROME_FLAGS: tuple[str, ...] = (
     "--mute-audio",
     "--password-store=basic",
     "--window-size=800,600",
+    # Chrome exits when this pipe closes, i.e. when chromedriver dies: a killed
+    # chromedriver (see reaper.die_with_parent) takes its browser with it.
+    "--remote-debugging-pipe",
 )
 
 #: What ``core.EPISODE_MAX_TIME`` is raised to (ms): one hour, far beyond any
@@ -133,11 +142,33 @@ def _reap(leftovers: dict[str, Any]) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
     path = leftovers.pop("dir", None)
-    for _ in range(20 if path else 0):  # processes killed a moment ago may still write
-        shutil.rmtree(path, ignore_errors=True)
-        if not os.path.exists(path):
-            break
-        time.sleep(0.05)
+    if path:
+        reaper.remove_dir(path)
+
+
+class _ChromeService(ChromeService):
+    """Selenium's service, forked from the launcher thread and recorded as it starts."""
+
+    def __init__(self, leftovers: dict[str, Any], **kwargs: Any) -> None:
+        self._tackroom_leftovers = leftovers
+        super().__init__(**kwargs)
+
+    def _start_process(self, path: str) -> None:
+        def start() -> None:
+            super(_ChromeService, self)._start_process(path)
+            # Recorded at once, in the launcher thread, so that neither our
+            # finalizer nor a later run's reaper can miss this process group.
+            leftovers = self._tackroom_leftovers
+            leftovers["pgid"] = self.process.pid
+            reaper.record_owner(leftovers["dir"], self.process.pid)
+
+        # The thread that forks chromedriver must live as long as tackroom,
+        # or PR_SET_PDEATHSIG would kill a browser still in use.
+        reaper.launch(start)
+
+
+#: Whether this process has looked for browsers dead runs left behind.
+_reaped_orphans = False
 
 
 def task_url(task_id: str) -> str:
@@ -170,13 +201,18 @@ class _Instance(SeleniumInstance):
     def create_driver(self) -> None:
         """miniwob's ``create_driver`` plus the flags, process group and timeouts we need."""
         assert not hasattr(self, "driver"), f"Instance {self.index} already has a driver"
+        global _reaped_orphans
+        if not _reaped_orphans:  # pools do this too; this covers an env used on its own
+            _reaped_orphans = True
+            reaper.reap_orphans()
         options = webdriver.ChromeOptions()
         for flag in CHROME_FLAGS:
             options.add_argument(flag)
         # One temporary directory per browser holds its profile and, through
         # TMPDIR, every scratch file chromedriver and Chrome make; removing it
-        # leaves nothing behind even after a crash.
-        base = tempfile.mkdtemp(prefix="tackroom-chrome-")
+        # leaves nothing behind even after a crash. It also names its owner,
+        # for the reaper of a later run should this process be killed.
+        base = reaper.make_browser_dir()
         self._leftovers: dict[str, Any] = {"dir": base}
         self._finalizer = weakref.finalize(self, _reap, self._leftovers)
         scratch = os.path.join(base, "tmp")
@@ -187,19 +223,20 @@ class _Instance(SeleniumInstance):
         if binary:
             options.binary_location = binary
         # start_new_session: chromedriver leads a new process group that its
-        # Chrome children join, so kill() can end the whole browser by pgid.
-        service = ChromeService(executable_path=driver_path, log_output=subprocess.DEVNULL,
-                                env={**os.environ, "TMPDIR": scratch},
-                                popen_kw={"start_new_session": True})
+        # Chrome children join, so kill() can end the whole browser by pgid
+        # (and Ctrl-C at a terminal does not reach it before we close it).
+        # preexec_fn: the kernel kills chromedriver if tackroom dies.
+        service = _ChromeService(self._leftovers, executable_path=driver_path,
+                                 log_output=subprocess.DEVNULL,
+                                 env={**os.environ, "TMPDIR": scratch},
+                                 popen_kw={"start_new_session": True,
+                                           "preexec_fn": reaper.die_with_parent()})
         try:
             self.driver = webdriver.Chrome(service=service, options=options)
         except BaseException:
-            proc = getattr(service, "process", None)
-            if proc is not None:
-                self._leftovers["pgid"] = proc.pid
             self._finalizer()
             raise
-        self.pgid = self._leftovers["pgid"] = self.driver.service.process.pid
+        self.pgid = self._leftovers["pgid"]
         try:
             with contextlib.suppress(AttributeError):  # private in selenium; best effort
                 self.driver.command_executor._client_config.timeout = COMMAND_TIMEOUT_S

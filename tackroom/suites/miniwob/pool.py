@@ -7,6 +7,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 
+import tackroom.suites.miniwob.reaper as reaper
 from tackroom.core.errors import InfraError
 from tackroom.core.task import Task
 from tackroom.suites.miniwob.env import MiniWoBEnv
@@ -57,6 +58,9 @@ class MiniWoBPool:
         self._closed = False
         self._sem: asyncio.Semaphore | None = None
         self._sem_loop: asyncio.AbstractEventLoop | None = None
+        # A new pool is the cheap moment to clear up after runs that were
+        # killed outright (SIGKILL): their leftover browsers and directories.
+        reaper.reap_orphans()
 
     # -- accounting (tests, reports) -------------------------------------------
 
