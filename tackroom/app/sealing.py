@@ -10,6 +10,7 @@ from tackroom.core.errors import ConfigError
 from tackroom.core.policy import Sampling
 from tackroom.harness.spec import load_harness
 from tackroom.policies import check_policy_spec
+from tackroom.records.export import check_output_file
 from tackroom.runner.sealed import Manifest
 from tackroom.suites import get_suite, select_tasks
 
@@ -35,9 +36,11 @@ def seal(out: str | Path | None = None, *, suite: str = "toy", tasks: Sequence[s
         run = tackroom.evaluate_sealed("manifest.json")
     """
     target = Path(out) if out is not None else None
-    if target is not None and target.exists() and not force:
-        raise ConfigError("the manifest file exists already", str(target),
-                          "choose another --out, or pass --force to replace it")
+    if target is not None:
+        check_output_file(target)  # a directory, symlink, FIFO or device is refused
+        if target.exists() and not force:
+            raise ConfigError("the manifest file exists already", str(target),
+                              "choose another --out, or pass --force to replace it")
     the_suite = get_suite(suite)
     specs = list(policies) or ["expert"]
     for spec in specs:
@@ -53,5 +56,9 @@ def seal(out: str | Path | None = None, *, suite: str = "toy", tasks: Sequence[s
         seeds=seed_list(seeds), held_out=list(held_out), train_harnesses=list(train_harnesses),
         sampling=check_sampling(sampling or Sampling()).to_dict())
     if target is not None:
-        manifest.write(target)
+        try:
+            manifest.write(target)
+        except OSError as e:
+            raise ConfigError(f"cannot write the manifest ({e.strerror or e})", str(target),
+                              "pass a writable file path with --out") from None
     return manifest

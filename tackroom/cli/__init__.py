@@ -10,7 +10,8 @@ prints; the work is done by the Python API (``tackroom.evaluate`` …):
 - :mod:`.training` — ``model init``, ``sft``, ``train``, ``export-groups``
 - :mod:`.serve` — ``serve``
 
-User errors (:class:`~tackroom.core.errors.TackroomError`) print one line and exit 2.
+User errors (:class:`~tackroom.core.errors.TackroomError`, and click's usage errors) print
+one line and exit 2.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from rich.markup import escape
 
 from tackroom.cli import evaluate, harness, records, report, serve, training
 from tackroom.cli.common import err_console
-from tackroom.core.errors import TackroomError
+from tackroom.core.errors import ConfigError, TackroomError
 
 app = typer.Typer(
     name="tackroom",
@@ -85,16 +86,43 @@ def _on_sigterm(signum: int, frame: object) -> None:
     signal.raise_signal(signal.SIGINT)
 
 
+def _usage_error(e: typer.TyperException) -> ConfigError:
+    """A command-line mistake click found (unknown option, a value of the wrong type, a
+    missing argument) as the one-line error every other user error is."""
+    ctx = getattr(e, "ctx", None)
+    path = ctx.command_path if ctx is not None else "tackroom"
+    return ConfigError(e.format_message(), path,  # type: ignore[attr-defined]
+                       f"see `{path} --help`")
+
+
 def main() -> None:
     """Entry point: user errors print one line and exit 2, never a traceback.
 
+    That includes what click finds while parsing the command line (an unknown option, a
+    value of the wrong type, a missing argument): ``error: tackroom eval: No such option:
+    --bogus — see `tackroom eval --help```, not click's usage box.
     Ctrl-C exits 130 and SIGTERM 143, each after the run in progress is recorded
     as interrupted (``tackroom eval --resume RUN`` finishes it).
     """
     signal.signal(signal.SIGTERM, _on_sigterm)
     code = 0
     try:
-        app()
+        try:
+            # Not standalone: click's errors come here instead of being printed as a
+            # usage box; typer.Exit(n) and --help come back as the return value.
+            rv = app(standalone_mode=False)
+            code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+        except typer.TyperException as e:  # typer's copy of click's ClickException
+            if type(e).__name__ == "NoArgsIsHelpError":  # typer has printed the help
+                code = 2
+            elif getattr(e, "exit_code", 1) == 2:  # a usage error
+                raise _usage_error(e) from None
+            else:  # click's other errors: its own message and status
+                e.show()  # type: ignore[attr-defined]
+                code = e.exit_code  # type: ignore[attr-defined]
+        except typer.Abort:
+            err_console.print("[red]Aborted.[/red]")
+            code = 1
     except TackroomError as e:
         err_console.print(f"[bold red]error:[/bold red] {escape(e.line())}", highlight=False,
                           soft_wrap=True, markup=True)

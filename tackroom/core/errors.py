@@ -18,13 +18,25 @@ class TackroomError(Exception):
         super().__init__(self.line())
 
     def line(self) -> str:
-        """The single line the CLI prints."""
+        """The single line the CLI prints.
+
+        Characters that are not printable (newlines, carriage returns, escapes, NUL, the
+        Unicode line separators) are shown escaped, as ``repr`` writes them: a path or value
+        the user gave can never break the line in two or drive the terminal.
+        """
         parts = [self.what]
         if self.where:
             parts[0] = f"{self.where}: {self.what}"
         if self.fix:
             parts.append(self.fix)
-        return " — ".join(parts)
+        return _printable(" — ".join(parts))
+
+
+def _printable(text: str) -> str:
+    """``text`` with each non-printable character except the space escaped (``\\n``, ``\\x1b``)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
 class HarnessError(TackroomError):

@@ -21,10 +21,13 @@ Identity is ``(name, hash)``: the hash covers the resolved content (after
 from __future__ import annotations
 
 import copy
+import datetime
 import functools
 import hashlib
 import json
+import math
 import os
+import string
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,6 +149,16 @@ def list_harnesses() -> dict[str, Path]:
 
 def find_harness(ref: str, relative_to: Path | None = None, where: str = "--harness") -> Path:
     """Resolve a harness name or path to a file, or raise a HarnessError that lists names."""
+    try:
+        return _find_harness(ref, relative_to, where)
+    except OSError as e:  # a name too long for the file system, a loop of symlinks, EACCES …
+        shown = relative_to / ref if relative_to is not None else Path(ref)
+        raise HarnessError(f"cannot use harness path {str(shown)!r} ({e.strerror or e})", where,
+                           "give the path of a harness .toml file, or a name from "
+                           "`tackroom harness list`") from None
+
+
+def _find_harness(ref: str, relative_to: Path | None, where: str) -> Path:
     p = Path(ref)
     candidates = []
     if relative_to is not None:
@@ -157,9 +170,14 @@ def find_harness(ref: str, relative_to: Path | None = None, where: str = "--harn
     if p.suffix == ".toml" or os.sep in ref or (os.altsep and os.altsep in ref):
         # A path, not a name: say what is wrong with that path.
         shown = relative_to / ref if relative_to is not None and not p.is_absolute() else p
+        # From an ``extends``: name the file that refers to it too ("a.toml extends b.toml").
+        at = str(shown) if relative_to is None else f"{where} {shown}"
+        if shown.is_file():
+            raise HarnessError("not a .toml file", at,
+                               "harness files end in .toml: rename it, or give the path of one")
         if shown.exists():
-            raise HarnessError("not a file", str(shown), "give the path of a harness .toml file")
-        raise HarnessError("harness file not found", str(shown),
+            raise HarnessError("not a file", at, "give the path of a harness .toml file")
+        raise HarnessError("harness file not found", at,
                            "check the path, or use `tackroom harness list` for harness names")
     for d in search_path():
         c = d / f"{ref}.toml"
@@ -187,6 +205,10 @@ def _read(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise HarnessError("not a text file (harness files are UTF-8 TOML)", str(path),
                            "give the path of a harness .toml file, saved as UTF-8") from None
+    except ValueError as e:  # tomllib lets int()'s digit limit through (a 5000-digit number)
+        reason = str(e).split(";")[0]  # not int()'s advice to call sys.set_int_max_str_digits
+        raise HarnessError(f"not valid TOML: {reason}", str(path),
+                           "use numbers that fit in 64 bits, as TOML requires") from None
     except OSError as e:
         raise HarnessError(f"cannot read harness file: {e.strerror}", str(path)) from None
 
@@ -311,7 +333,7 @@ def _range(value: Any, lo: float, hi: float, where: str, what: str) -> None:
 
 
 def _choice(value: Any, allowed: list[str] | set[str], where: str, what: str) -> None:
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise HarnessError(f"unknown {what} {value!r}", where,
                            f"allowed: {', '.join(sorted(allowed))}")
 
@@ -320,23 +342,52 @@ def _check_prompt(p: dict[str, Any], where: str) -> None:
     for key, value in p.items():
         _type(value, str, f"{where} [prompt].{key}", key)
         allowed = _PLACEHOLDERS.get(key)
-        if allowed is None:
-            continue
-        try:
-            value.format(**{k: "" for k in allowed})
-        except KeyError as e:
-            raise HarnessError(f"unknown placeholder {{{e.args[0]}}}", f"{where} [prompt].{key}",
-                               f"allowed: {', '.join('{' + a + '}' for a in sorted(allowed))}"
-                               ) from None
-        except (ValueError, IndexError) as e:
-            raise HarnessError(f"bad template: {e}", f"{where} [prompt].{key}",
-                               "write literal braces as {{ and }}") from None
+        if allowed is not None:
+            _check_template(value, allowed, f"{where} [prompt].{key}")
+
+
+def _check_template(value: str, allowed: set[str], where: str) -> None:
+    """A turn template names only ``allowed`` placeholders, each plainly (``{observation}``:
+    no ``{observation.attr}``, ``{observation[0]}`` or positional ``{}``), and formats."""
+    names = ", ".join("{" + a + "}" for a in sorted(allowed))
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(value) if f is not None]
+        for f in fields:
+            if f not in allowed:
+                raise KeyError(f)
+        value.format(**{k: "" for k in allowed})
+    except KeyError as e:
+        raise HarnessError(f"unknown placeholder {{{e.args[0]}}}", where,
+                           f"allowed: {names}; write literal braces as {{{{ and }}}}") from None
+    except (ValueError, IndexError, AttributeError, TypeError) as e:
+        raise HarnessError(f"bad template: {e}", where,
+                           "write literal braces as {{ and }}") from None
 
 
 def _check_observation(o: dict[str, Any], where: str) -> None:
     _choice(o["renderer"], set(registry.RENDERERS), f"{where} [observation].renderer", "renderer")
     _range(o["max_chars"], 0, 1_000_000, f"{where} [observation].max_chars", "max_chars")
     _type(o["options"], dict, f"{where} [observation].options", "options")
+    if "max_chars" in o["options"]:  # the renderers read it there, over the slot's own
+        _range(o["options"]["max_chars"], 0, 1_000_000,
+               f"{where} [observation].options.max_chars", "max_chars")
+    _check_plain(o["options"], f"{where} [observation].options")
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """Free-form values (renderer options) are JSON's kinds: the hash and the records hold
+    them. TOML dates and times, NaN and infinities are refused."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_plain(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_plain(v, f"{where}[{i}]")
+    elif isinstance(value, (datetime.date, datetime.time)):
+        raise HarnessError(f"a date or time ({value.isoformat()}) is not an option value", where,
+                           "use a string, number, boolean, array or table")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise HarnessError(f"{value} is not an option value", where, "use a finite number")
 
 
 def _check_actions(a: dict[str, Any], where: str) -> None:

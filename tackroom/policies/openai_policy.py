@@ -183,6 +183,23 @@ def _split_userinfo(url: str) -> tuple[str, str, str]:
     return f"{scheme}://{enc}@{hostport}{tail}", user, password
 
 
+def _check_url(url: str, policy_id: str) -> str:
+    """The printable form of ``url`` (see :func:`_clean_url`), or a PolicyError if it is not
+    an http(s) URL with a host that the HTTP client could use."""
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+        httpx.URL(url)
+    except (ValueError, httpx.InvalidURL):
+        ok = False
+    if not ok:
+        shown = _clean_url(url) if "@" in url else url  # never a password
+        raise PolicyError(f"cannot use base URL {shown!r}", policy_id,
+                          "give an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1")
+    return _clean_url(url)
+
+
 def _clean_url(url: str) -> str:
     """``url`` without user-info, query or fragment: safe to print and record."""
     parts = urlsplit(url)
@@ -260,9 +277,9 @@ class OpenAIPolicy:
                 "max_reply_chars >= 1, max_reply_bytes >= 1")
         self.model = model
         given = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
-        self.base_url, _, password = _split_userinfo(given.rstrip("/"))
-        self.url = _clean_url(self.base_url)
         self.id = f"openai:{model}"
+        self.base_url, _, password = _split_userinfo(given.rstrip("/"))
+        self.url = _check_url(self.base_url, self.id)
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
         self.max_concurrency = int(max_concurrency)
