@@ -1,0 +1,488 @@
+"""The recording model gateway: an OpenAI-compatible endpoint in front of any tackroom Policy.
+
+An agent CLI that tackroom does not control (mini-swe-agent, Aider, Qwen Code,
+OpenHands, ...) is pointed at the gateway with ``OPENAI_BASE_URL`` /
+``OPENAI_API_KEY`` set to its episode's route; every model call it makes
+becomes a :class:`~tackroom.core.episode.Turn` of that episode::
+
+    async with ModelGateway(policy) as gw:
+        route = gw.open_episode(Sampling(temperature=0.0, max_tokens=512))
+        ...  # run the CLI with route.env()
+        gw.close_episode(route.token)
+        route.turns  # what the CLI asked and what the model answered
+
+Endpoints::
+
+    POST /v1/chat/completions   messages, tools, stream (SSE), logprobs
+    GET  /v1/models             one model (``model_name``, default "tackroom")
+    GET  /v1/models/{name}
+    GET  /health                200 when up (no token needed)
+
+Choices, and why:
+
+* **One asyncio server on the caller's event loop**, HTTP/1.1 parsed by
+  ``h11`` (keep-alive, pipelining, ``Content-Length`` and chunked request
+  bodies, ``Expect: 100-continue``). Each connection is a task and each
+  request awaits ``policy.act`` directly, so concurrent episodes reach the
+  policy concurrently and its own batching (``HFPolicy``) or concurrency limit
+  (``OpenAIPolicy``) applies — no threads, no second event loop.
+* **Also on a Unix socket** when ``unix_socket`` is given: a sandboxed CLI
+  without a network reaches the gateway through a socket bound into its
+  sandbox. A stale socket file is replaced; one another server answers on is
+  refused.
+* **A route per episode.** ``open_episode`` makes a random bearer token
+  (``secrets.token_urlsafe``); a request is attributed by ``Authorization:
+  Bearer TOKEN`` (or ``x-api-key`` / ``api-key: TOKEN``). Tokens are looked up by
+  their SHA-256, so lookup time says nothing about a token. Unknown, missing and
+  closed tokens get 401. The CLI never sees the user's real key: the backend's
+  key stays inside the policy.
+* **Lenient about requests, strict about sampling.** Keys a CLI sends that do
+  not apply (``n``, penalties, ``stop``, ``response_format``, ``user``, ...) are
+  accepted and ignored; temperature, top_p, max_tokens and seed always come from
+  the route's :class:`Sampling`, whatever the client asked. What it asked is
+  kept per turn in ``route.requested`` for diagnosis. ``tool_choice: "none"``
+  hides the tools from the policy; other choices are treated as ``"auto"``.
+* **Streaming is replayed**: the policy answers whole, then the reply is sent as
+  Server-Sent Events whose deltas concatenate to exactly the non-streaming reply
+  (text, tool calls with ids, finish reason; a usage chunk when
+  ``stream_options.include_usage``).
+* **Token ids and log-probs** are recorded whenever the backend gives them, and
+  sent when the client asks ``logprobs`` (each token written ``token_id:N``, as
+  vLLM's ``--return-tokens-as-token-ids`` does) or ``return_token_ids``.
+* **The client is untrusted** (an agent in a sandbox can talk to the socket), so
+  nothing it sends can crash the gateway or get a traceback: bodies over
+  ``max_body`` get 413 before they are read, headers over 16 KiB 431, a request
+  that does not arrive within ``read_timeout`` 408 (an idle connection is simply
+  closed), a client that does not read its reply is cut off after
+  ``read_timeout``, connections past ``max_connections`` get 503, and so does a
+  body that would make the bodies held at once pass ``max_buffered``; every answer
+  on every path and method is OpenAI's JSON error shape (400/401/404/405).
+  Backend failures are 503 (``InfraError``: transient, the client may retry) or
+  502 (anything else) with a generic message — the details (backend URL, model)
+  go to ``route.errors``, not to the agent. A prompt over the model's context is
+  a 400 with code ``context_length_exceeded``, which agent CLIs recognise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import secrets
+import socket
+import stat
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h11
+
+from tackroom.core.episode import Turn
+from tackroom.core.errors import (
+    ConfigError,
+    ContextLengthExceeded,
+    InfraError,
+    TackroomError,
+)
+from tackroom.core.policy import Policy, PolicyRequest, Sampling
+from tackroom.gateway.http11 import BodyBudget, Gone, HttpConnection, Reply, error_reply
+from tackroom.gateway.wire import (
+    ChatCall,
+    completion_body,
+    dumps,
+    fixed_calls,
+    loads,
+    parse_chat,
+    sse_events,
+    stream_chunks,
+)
+from tackroom.serve import MAX_BODY, READ_TIMEOUT, ApiError
+
+__all__ = ["DEFAULT_MODEL_NAME", "ModelGateway", "Route"]
+
+log = logging.getLogger("tackroom.gateway")
+
+#: The model name ``/v1/models`` lists unless the gateway is given another.
+DEFAULT_MODEL_NAME = "tackroom"
+#: Open connections at most; past it a new one gets 503 and is closed.
+MAX_CONNECTIONS = 512
+LISTEN_BACKLOG = 1024
+#: Request-body bytes held by all connections at once, by default (see ``BodyBudget``).
+MAX_BUFFERED = 256 * 2**20
+_CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+_MODELS_PATHS = ("/v1/models", "/models")
+_HEALTH_PATHS = ("/health", "/v1/health")
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+@dataclass
+class Route:
+    """One episode's way in: its token, base URL, enforced sampling and what it recorded.
+
+    ``turns[i]`` is the i-th answered call (in the order the answers came);
+    ``requested[i]`` is everything else that call's body held (the client's own
+    ``temperature``, ``max_tokens``, ``stream``, ``model``, ...); ``errors`` the
+    calls the backend failed (status sent, error kind, the full error line).
+    """
+
+    token: str
+    base_url: str
+    sampling: Sampling
+    label: str = ""
+    model: str = DEFAULT_MODEL_NAME
+    turns: list[Turn] = field(default_factory=list)
+    requested: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    closed: bool = False
+    opened_at: float = field(default_factory=time.time)
+
+    def env(self) -> dict[str, str]:
+        """Environment variables that point an OpenAI-SDK-based CLI at this route."""
+        return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_BASE": self.base_url,
+                "OPENAI_API_KEY": self.token, "OPENAI_MODEL": self.model}
+
+    def __repr__(self) -> str:  # never the token
+        return (f"Route(label={self.label!r}, base_url={self.base_url!r}, "
+                f"turns={len(self.turns)}, errors={len(self.errors)}, closed={self.closed})")
+
+
+class ModelGateway:
+    """An OpenAI-compatible HTTP endpoint on 127.0.0.1 (and a Unix socket) over ``policy``.
+
+    Args:
+        policy: any tackroom :class:`Policy`; the gateway calls ``act`` on the
+            event loop it was started on and never closes the policy.
+        host, port: where to listen over TCP; ``port=0`` picks a free port.
+        unix_socket: a path to listen on as well (for sandboxed clients).
+        model_name: the model ``/v1/models`` lists (what the CLI is told to use);
+            any model name in a request is accepted.
+        max_body: the largest request body, in bytes (413 past it).
+        read_timeout: seconds a connection may stay idle between requests, and
+            seconds a started request has to arrive whole (408 then); also how
+            long a reply may wait for a client that does not read it.
+        max_connections: open connections at most (503 past it).
+        max_buffered: request-body bytes all connections may hold at once (503
+            past it); by default the larger of 256 MiB and 32 bodies of ``max_body``
+            (never less than one body).
+    """
+
+    def __init__(self, policy: Policy, *, host: str = "127.0.0.1", port: int = 0,
+                 unix_socket: str | Path | None = None, model_name: str = DEFAULT_MODEL_NAME,
+                 max_body: int = MAX_BODY, read_timeout: float = READ_TIMEOUT,
+                 max_connections: int = MAX_CONNECTIONS,
+                 max_buffered: int | None = None) -> None:
+        if int(max_body) < 1 or float(read_timeout) <= 0 or int(max_connections) < 1:
+            raise ConfigError(f"bad settings (max_body={max_body}, read_timeout="
+                              f"{read_timeout}, max_connections={max_connections})",
+                              "gateway", "use max_body >= 1, read_timeout > 0, "
+                              "max_connections >= 1")
+        self.policy = policy
+        self.host = host
+        self.port = int(port)
+        self.unix_socket = Path(unix_socket) if unix_socket is not None else None
+        self.model_name = model_name or DEFAULT_MODEL_NAME
+        self.max_body = int(max_body)
+        self.read_timeout = float(read_timeout)
+        self.max_connections = int(max_connections)
+        if max_buffered is None:
+            max_buffered = max(32 * self.max_body, MAX_BUFFERED)
+        self._budget = BodyBudget(max(int(max_buffered), self.max_body))
+        self.created = int(time.time())
+        self._routes: dict[bytes, Route] = {}  # open routes, by their token's SHA-256
+        self._closed_routes: set[bytes] = set()  # closed ones: the digest is all that is kept
+        self._servers: list[asyncio.AbstractServer] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._started = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ life
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``: the root an OpenAI client takes as ``base_url``."""
+        if not self._started:
+            raise RuntimeError("the gateway is not started: await gw.start() first")
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        host = "[::1]" if host == "::" else (f"[{host}]" if ":" in host else host)
+        return f"http://{host}:{self.port}/v1"
+
+    async def start(self) -> ModelGateway:
+        """Listen (idempotent). Raises :class:`ConfigError` if an address cannot be bound."""
+        if self._started:
+            return self
+        if self._closed:
+            raise RuntimeError("this gateway was closed; make a new one")
+        try:
+            tcp = await asyncio.start_server(self._connection, self.host, self.port,
+                                             backlog=LISTEN_BACKLOG)
+        except OSError as e:
+            raise ConfigError(f"cannot listen on {self.host}:{self.port} ({e.strerror or e})",
+                              "gateway", "pick another port, or stop what is using it") from None
+        self._servers.append(tcp)
+        self.port = int(tcp.sockets[0].getsockname()[1])
+        if self.unix_socket is not None:
+            try:
+                _clear_stale_socket(self.unix_socket)
+                unix = await asyncio.start_unix_server(self._connection, str(self.unix_socket),
+                                                       backlog=LISTEN_BACKLOG)
+            except (OSError, ConfigError) as e:
+                tcp.close()
+                self._servers.clear()
+                if isinstance(e, ConfigError):
+                    raise
+                raise ConfigError(f"cannot listen on Unix socket {self.unix_socket} "
+                                  f"({e.strerror or e})", "gateway",
+                                  "use a short path (under 108 bytes) in a writable "
+                                  "directory") from None
+            self._servers.append(unix)
+        self._started = True
+        return self
+
+    async def aclose(self) -> None:
+        """Stop listening, end open connections, remove the Unix socket (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        for srv in self._servers:
+            srv.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for srv in self._servers:
+            with contextlib.suppress(Exception):
+                await srv.wait_closed()
+        if self.unix_socket is not None and self._started:
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(os.lstat(self.unix_socket).st_mode):
+                    os.unlink(self.unix_socket)
+        self._servers.clear()
+
+    async def __aenter__(self) -> ModelGateway:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ---------------------------------------------------------------- routes
+    def open_episode(self, sampling: Sampling, *, label: str = "") -> Route:
+        """A new route: its token and base URL go to the CLI, its turns fill as it calls."""
+        token = secrets.token_urlsafe(32)
+        route = Route(token=token, base_url=self.base_url, sampling=sampling, label=label,
+                      model=self.model_name)
+        self._routes[_digest(token)] = route
+        return route
+
+    def close_episode(self, token: str) -> Route | None:
+        """Close a route: later calls with its token get 401, and its turns are final.
+
+        A call in flight when the route closes is answered 401 and not recorded.
+        The gateway forgets the route (its turns are the caller's now) and keeps
+        only its token's digest. Returns the route; ``None`` if it was closed
+        already. Raises ``KeyError`` for a token this gateway never gave out.
+        """
+        digest = _digest(token)
+        if digest in self._closed_routes:
+            return None
+        route = self._routes.pop(digest)
+        route.closed = True
+        self._closed_routes.add(digest)
+        return route
+
+    def route(self, token: str) -> Route | None:
+        """The open route of ``token``, or ``None``."""
+        return self._routes.get(_digest(token))
+
+    @property
+    def routes(self) -> list[Route]:
+        """The open routes."""
+        return list(self._routes.values())
+
+    @property
+    def open_connections(self) -> int:
+        """Client connections open now (TCP and Unix socket)."""
+        return len(self._tasks)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Request-body bytes held now, across connections (bounded by ``max_buffered``)."""
+        return self._budget.used
+
+    # ------------------------------------------------------------ connection
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            if self._closed:
+                return
+            http = HttpConnection(reader, writer, self._dispatch, max_body=self.max_body,
+                                  read_timeout=self.read_timeout, budget=self._budget)
+            if len(self._tasks) > self.max_connections:
+                e = ApiError(503, f"the gateway has {self.max_connections} open connections; "
+                                  "close some and retry")
+                await http.send(error_reply(e, close=True))
+                return
+            await http.serve()
+        except (Gone, ConnectionError, TimeoutError, h11.ProtocolError):
+            pass
+        except asyncio.CancelledError:
+            if not self._closed:
+                raise
+            # aclose() ends this connection: finish quietly (asyncio would log a
+            # cancelled client-connected callback as an error)
+        except Exception:  # noqa: BLE001 - a gateway bug must not take the server down
+            log.exception("gateway connection failed")
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+    # --------------------------------------------------------------- routing
+    async def _dispatch(self, method: str, target: bytes, headers: Any, body: bytes) -> Reply:
+        path = target.split(b"?", 1)[0].decode("latin-1").rstrip("/") or "/"
+        try:
+            allowed = _allowed(path)
+            if allowed is None:
+                raise ApiError(404, f"no route {method} {path[:200]}; this gateway serves "
+                                    "POST /v1/chat/completions and GET /v1/models")
+            if method not in allowed:
+                raise ApiError(405, f"use {' or '.join(allowed)} for {path}, not {method}",
+                               headers={"Allow": ", ".join(allowed)})
+            if path in _HEALTH_PATHS:
+                return Reply(200, b'{"status":"ok"}')
+            route = self._authorize(headers)
+            if path in _CHAT_PATHS:
+                return await self._chat(route, body)
+            return self._models(path)
+        except ApiError as e:
+            return error_reply(e)
+        except Exception as e:  # noqa: BLE001 - never a traceback to the client
+            log.exception("gateway request failed")
+            return error_reply(ApiError(500, f"internal gateway error ({type(e).__name__})"))
+
+    def _authorize(self, headers: Any) -> Route:
+        token = None
+        for name, value in headers:
+            if name == b"authorization":
+                scheme, _, rest = value.decode("latin-1").strip().partition(" ")
+                if scheme.lower() == "bearer":
+                    token = rest.strip()
+                    break
+            elif name in (b"x-api-key", b"api-key"):
+                token = value.decode("latin-1").strip()
+                break
+        digest = _digest(token) if token else b""
+        route = self._routes.get(digest)
+        if route is not None:
+            return route
+        if digest in self._closed_routes:
+            raise ApiError(401, "this episode's route is closed; its token no longer works",
+                           code="invalid_api_key")
+        raise ApiError(401, "missing or unknown token: send 'Authorization: Bearer <token>' "
+                            "with the key this episode was given", code="invalid_api_key")
+
+    def _models(self, path: str) -> Reply:
+        entry = {"id": self.model_name, "object": "model", "created": self.created,
+                 "owned_by": "tackroom"}
+        if path in _MODELS_PATHS:
+            return Reply(200, dumps({"object": "list", "data": [entry]}))
+        name = path.split("/models/", 1)[1]
+        if name != self.model_name:
+            raise ApiError(404, f"The model `{name[:200]}` does not exist. Served: "
+                                f"{self.model_name}", code="model_not_found")
+        return Reply(200, dumps(entry))
+
+    async def _chat(self, route: Route, body: bytes) -> Reply:
+        call = parse_chat(loads(body))
+        request = PolicyRequest(messages=call.messages, tools=call.tools,
+                                sampling=route.sampling)
+        t0 = time.perf_counter()
+        try:
+            response = await self.policy.act(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a backend failure is the backend's, not ours
+            raise self._failed(route, call, e, time.perf_counter() - t0) from None
+        t_policy = time.perf_counter() - t0
+        if route.closed:
+            raise ApiError(401, "this episode's route was closed while the model answered",
+                           code="invalid_api_key")
+        calls = fixed_calls(list(response.tool_calls))
+        route.turns.append(Turn(
+            index=len(route.turns), messages=call.sent, raw_text=response.text,
+            tool_calls=[tc.to_dict() for tc in calls],
+            prompt_tokens=int(response.prompt_tokens),
+            completion_tokens=int(response.completion_tokens),
+            token_ids=response.token_ids, logprobs=response.logprobs,
+            adapter=response.adapter, t_policy=t_policy))
+        route.requested.append(call.requested)
+        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if call.stream:
+            chunks = stream_chunks(response, calls, call, model=self.model_name,
+                                        rid=rid, created=created)
+            return Reply(200, sse_events(chunks), content_type=b"text/event-stream",
+                          stream=True)
+        return Reply(200, dumps(completion_body(
+            response, calls, call, model=self.model_name, rid=rid, created=created)))
+
+    def _failed(self, route: Route, call: ChatCall, e: Exception,
+                t_policy: float) -> ApiError:
+        """Record a backend failure on the route; the error the client gets (no details)."""
+        if isinstance(e, ContextLengthExceeded):
+            err = ApiError(400, "This model's maximum context length is exceeded by these "
+                                "messages; shorten them", param="messages",
+                           code="context_length_exceeded")
+        elif isinstance(e, InfraError):
+            err = ApiError(503, "the model backend is unavailable (infrastructure error); "
+                                "retry later", code="backend_unavailable")
+        else:
+            err = ApiError(502, f"the model backend failed ({type(e).__name__})",
+                           code="backend_error")
+        if not isinstance(e, TackroomError):
+            log.error("gateway backend %s failed", getattr(self.policy, "id", "?"),
+                      exc_info=e)
+        line = e.line() if isinstance(e, TackroomError) else f"{type(e).__name__}: {e}"
+        route.errors.append({"status": err.status, "kind": type(e).__name__,
+                             "message": line[:2000], "t_policy": t_policy,
+                             "after_turn": len(route.turns), "requested": call.requested})
+        return err
+
+
+def _allowed(path: str) -> tuple[str, ...] | None:
+    if path in _CHAT_PATHS:
+        return ("POST",)
+    if path in _HEALTH_PATHS or path in _MODELS_PATHS or any(
+            path.startswith(p + "/") for p in _MODELS_PATHS):
+        return ("GET", "HEAD")
+    return None
+
+
+def _clear_stale_socket(path: Path) -> None:
+    """Remove a socket file nothing listens on; refuse one in use, or any other file."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ConfigError(f"{path} exists and is not a socket", "gateway",
+                          "give a path that does not exist yet")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(str(path))
+    except OSError:
+        os.unlink(path)  # stale: its server is gone
+        return
+    finally:
+        probe.close()
+    raise ConfigError(f"another server listens on {path}", "gateway",
+                      "stop it, or give another path")
