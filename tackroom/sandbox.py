@@ -165,6 +165,20 @@ def _system_binds() -> list[str]:
     return args
 
 
+def _parents(paths: list[str]) -> list[str]:
+    """The directories above ``paths`` that the sandbox's root does not have yet, outermost
+    first (``/opt/a/b`` -> ``/opt``, ``/opt/a``)."""
+    mounted = ("/usr", "/etc", "/tmp", "/proc", "/dev", TASK_PATH)  # exist, with their modes
+    out: list[str] = []
+    for path in paths:
+        parts = Path(path).parts[1:-1]
+        for i in range(1, len(parts) + 1):
+            d = "/" + "/".join(parts[:i])
+            if d not in out and not any(d == m or d.startswith(m + "/") for m in mounted):
+                out.append(d)
+    return out
+
+
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
@@ -207,6 +221,10 @@ class Sandbox:
         binds: extra writable mounts, sandbox path -> host directory (e.g.
             ``{"/logs": logs_dir}``). Under ``unsafe_local`` they cannot be
             mounted; :meth:`path` maps them to their host paths instead.
+        ro_binds: read-only mounts, sandbox path -> host file or directory
+            (an agent's installed tools, a Unix socket to the model gateway:
+            connecting to a socket is allowed on a read-only mount). They are
+            not handed to the sandbox's uid; mapped like ``binds`` when unsafe.
 
     As root, the task directory and the binds are handed to the sandbox's own
     uid (``self.uid``) so that its commands can write them; host code running
@@ -214,11 +232,13 @@ class Sandbox:
     """
 
     def __init__(self, workdir: Path, limits: Limits = Limits(), *, unsafe_local: bool = False,
-                 binds: Mapping[str, Path] = {}, _probing: bool = False) -> None:  # noqa: B006
+                 binds: Mapping[str, Path] = {}, ro_binds: Mapping[str, Path] = {},  # noqa: B006
+                 _probing: bool = False) -> None:
         self.workdir = Path(workdir).resolve()
         self.limits = limits
         self.unsafe_local = unsafe_local
         self.binds = {k: Path(v).resolve() for k, v in binds.items()}
+        self.ro_binds = {k: Path(v).resolve() for k, v in ro_binds.items()}
         self._covered_fd: int | None = None  # the task dir under our tmpfs, to copy back
         self._closed = False
         if not self.workdir.is_dir():
@@ -249,7 +269,8 @@ class Sandbox:
         """
         if not self.unsafe_local:
             return sandbox_path
-        for inside, host in [(TASK_PATH, self.workdir), *self.binds.items()]:
+        for inside, host in [(TASK_PATH, self.workdir), *self.binds.items(),
+                             *self.ro_binds.items()]:
             if sandbox_path == inside or sandbox_path.startswith(inside.rstrip("/") + "/"):
                 return str(host) + sandbox_path[len(inside.rstrip("/")):]
         return sandbox_path
@@ -331,8 +352,14 @@ class Sandbox:
                  *_system_binds(), "--proc", "/proc", "--dev", "/dev",
                  "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp",
                  "--bind", str(self.workdir), TASK_PATH]
+        # Directories bwrap makes for mount points are 0700 (root's): the sandbox's
+        # uid could not reach /opt/tool through them.
+        for parent in _parents([*self.binds, *self.ro_binds]):
+            args += ["--perms", "0755", "--dir", parent]
         for inside, host in self.binds.items():
             args += ["--bind", str(host), inside]
+        for inside, host in self.ro_binds.items():
+            args += ["--ro-bind", str(host), inside]
         args += ["--chdir", TASK_PATH, "--clearenv"]
         for key, value in self._env(env).items():
             args += ["--setenv", key, value]
