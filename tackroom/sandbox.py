@@ -35,6 +35,7 @@ import functools
 import os
 import random
 import selectors
+import shlex
 import shutil
 import signal
 import subprocess
@@ -45,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tackroom.core.actions import RunAgent
 from tackroom.core.errors import InfraError, TackroomError
 
 #: Where the task directory appears inside the sandbox.
@@ -88,6 +90,11 @@ class CommandResult:
     timed_out: bool
     duration_s: float
     killed: str | None = None
+
+    def record(self, limit: int = 4000) -> dict[str, object]:
+        """What the command did, as an episode records it (exit, limits hit, time, output)."""
+        return {"exit": self.exit_code, "timed_out": self.timed_out, "killed": self.killed,
+                "seconds": round(self.duration_s, 3), "output": self.output(limit)}
 
     def output(self, limit: int = 4000) -> str:
         """stdout then stderr, cut to ``limit`` characters with a marker, for the model.
@@ -441,6 +448,37 @@ class Sandbox:
     def __del__(self) -> None:  # a forgotten sandbox must not leave its mount behind
         with contextlib.suppress(Exception):
             self.close()
+
+
+def run_agent(action: RunAgent, workdir: Path, limits: Limits, *, cwd: str = TASK_PATH,
+              binds: Mapping[str, Path] = {}, unsafe_local: bool = False,  # noqa: B006
+              env: Mapping[str, str] | None = None) -> CommandResult:
+    """Run an agent program (:class:`~tackroom.core.actions.RunAgent`) over ``workdir``.
+
+    A sandbox of its own, with the task's disk limit and the program's time,
+    memory and process limits (agent CLIs need more than one shell command),
+    the program's read-only mounts, and a fresh home holding its config files
+    (removed afterwards: nothing of it reaches the task's files). ``cwd`` is
+    where the program starts (a terminal task's working directory).
+    """
+    home = Path(tempfile.mkdtemp(prefix="tackroom-agent-home-"))
+    try:
+        for rel, text in action.files.items():
+            target = home / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        lim = Limits(wall_s=action.timeout_s, memory_mb=max(limits.memory_mb, action.memory_mb),
+                     processes=max(limits.processes, action.processes), disk_mb=limits.disk_mb,
+                     episode_wall_s=action.timeout_s)
+        with Sandbox(workdir, lim, unsafe_local=unsafe_local,
+                     binds={**binds, action.home: home},
+                     ro_binds={k: Path(v) for k, v in action.ro_binds.items()}) as box:
+            where = box.path(cwd)
+            command = f"cd {shlex.quote(where)} && exec {shlex.join(action.argv)}"
+            return box.run(command, timeout_s=action.timeout_s,
+                           env={**(env or {}), "HOME": box.path(action.home), **action.env})
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _unpassable(*texts: str) -> str | None:

@@ -10,7 +10,9 @@ from tackroom.core.policy import PolicyResponse, ToolCall
 from tackroom.harness.session import HarnessSession
 from tackroom.harness.spec import list_harnesses, load_harness
 
-SESSIONS = [HarnessSession(load_harness(n), "task") for n in sorted(list_harnesses())]
+# tackroom's own loop harnesses: an agent CLI's output is parsed by the CLI.
+SESSIONS = [HarnessSession(h, "task") for h in map(load_harness, sorted(list_harnesses()))
+            if h.kind == "loop"]
 
 json_like = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),

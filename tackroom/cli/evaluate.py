@@ -309,7 +309,7 @@ def seal_cmd(
     the_suite = get_suite(manifest.suite)
     specs = manifest.load_harnesses()
     cannot = sum(1 for tid in manifest.tasks for h in specs
-                 if not h.interface.can_express(the_suite.task(tid).requires))
+                 if not h.can_express(the_suite.task(tid).requires))
     n_held = len(manifest.held_out)
     console.print(f"[bold]sealed[/bold] {escape(str(Path(out)))}: manifest "
                   f"sha256:{manifest.hash}")

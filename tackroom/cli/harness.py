@@ -85,9 +85,14 @@ def harness_list() -> None:
             table.add_row(escape(name), "[red]invalid[/red]", escape(e.what), "", "", "", "",
                           escape(str(path)))
             continue
-        table.add_row(*(escape(str(v)) for v in (
-            h.name, h.hash, h.observation["renderer"], h.actions["interface"],
-            h.actions["parser"], h.loop["actions_per_turn"], h.loop["on_action_error"], path)))
+        if h.agent is not None:  # a third-party CLI: its own renderer, parser and loop
+            row = (h.name, h.hash, "(agent CLI)", f"{h.agent['cli']} {h.agent['version']}",
+                   "(its own)", "", "", path)
+        else:
+            row = (h.name, h.hash, h.observation["renderer"], h.actions["interface"],
+                   h.actions["parser"], h.loop["actions_per_turn"], h.loop["on_action_error"],
+                   path)
+        table.add_row(*(escape(str(v)) for v in row))
     console.print(table)
 
 
@@ -100,6 +105,12 @@ def harness_show(name: Annotated[str, typer.Argument(help="Harness name or path.
     console.print(f"[bold]{escape(h.name)}[/bold]@{h.hash}  ({escape(h.source)})")
     if len(h.extends) > 1:
         console.print("extends: " + " -> ".join(Path(p).stem for p in h.extends), markup=False)
+    if h.agent is not None:  # the CLI brings its own prompt, observations and parser
+        console.print_json(json.dumps({"agent": h.agent, "budget": h.budget}))
+        console.print(f"an agent harness: {h.agent['cli']} {h.agent['version']} runs "
+                      "unmodified in the task's sandbox; its prompts are its own",
+                      markup=False)
+        return
     console.print_json(json.dumps(h.content()))
     console.rule("system prompt the model sees")
     console.print(HarnessSession(h, "").messages()[0]["content"], markup=False, emoji=False,
@@ -117,9 +128,12 @@ def harness_diff(a: Annotated[str, typer.Argument(help="First harness.")],
         table.add_column(escape(col), overflow="fold")
     ca, cb = ha.content(), hb.content()
     n = 0
-    for slot in ca:
-        va, vb = ca[slot], cb[slot]
+    for slot in list(ca) + [s for s in cb if s not in ca]:
+        va, vb = ca.get(slot), cb.get(slot)
+        if isinstance(vb, dict) and va is None:
+            va = {}
         if isinstance(va, dict):
+            vb = vb if isinstance(vb, dict) else {}
             for k in sorted(set(va) | set(vb)):
                 if va.get(k) != vb.get(k):
                     table.add_row(escape(f"{slot}.{k}"), escape(repr(va.get(k))),

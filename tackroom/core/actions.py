@@ -11,7 +11,7 @@ requires and that a harness's action interface offers: a task that needs
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 
@@ -136,9 +136,33 @@ class Submit(Action):
     kind: ClassVar[str] = "submit"
 
 
+@dataclass(frozen=True)
+class RunAgent(Action):
+    """Run an agent program in the task's sandbox until it exits (an agent harness's one step).
+
+    ``argv`` runs in the task's working directory with ``env``; ``ro_binds``
+    (sandbox path -> host path) mount the installed program and the model
+    gateway's socket read-only; ``home`` is a fresh writable directory the
+    program gets as ``$HOME`` (its config files, caches), so nothing of it lands in
+    the task's files. ``timeout_s``, ``memory_mb`` and ``processes`` are the
+    program's limits. The environment answers with the program's exit status
+    and output in ``info["agent"]``; a ``Submit`` then scores the task.
+    """
+
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    ro_binds: dict[str, str] = field(default_factory=dict)
+    home: str = "/agent-home"
+    files: dict[str, str] = field(default_factory=dict)  # home-relative path -> content
+    timeout_s: float = 600.0
+    memory_mb: int = 4096
+    processes: int = 256
+    kind: ClassVar[str] = "run_agent"
+
+
 ACTION_TYPES: dict[str, type[Action]] = {
     cls.kind: cls for cls in (Click, Type, ClickAt, TypeText, Press, Shell, Edit,
-                           WriteFile, EditLines, ViewFile, Submit)
+                           WriteFile, EditLines, ViewFile, Submit, RunAgent)
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -149,3 +150,10 @@ class SimplePool:
 
     async def aclose(self) -> None:
         return None
+
+
+async def call_env(env: Environment, fn: Any, *args: Any) -> Any:
+    """Call the environment, in a worker thread when it blocks (browsers, sandboxes)."""
+    if env.blocking:
+        return await asyncio.to_thread(fn, *args)
+    return fn(*args)

@@ -142,6 +142,9 @@ class Route:
     errors: list[dict[str, Any]] = field(default_factory=list)
     closed: bool = False
     opened_at: float = field(default_factory=time.time)
+    #: Answers this route's calls instead of the gateway's policy (an agent harness's
+    #: scripted expert, which knows its episode's task), when set.
+    policy: Any = field(default=None, repr=False)
 
     def env(self) -> dict[str, str]:
         """Environment variables that point an OpenAI-SDK-based CLI at this route."""
@@ -271,11 +274,15 @@ class ModelGateway:
         await self.aclose()
 
     # ---------------------------------------------------------------- routes
-    def open_episode(self, sampling: Sampling, *, label: str = "") -> Route:
-        """A new route: its token and base URL go to the CLI, its turns fill as it calls."""
+    def open_episode(self, sampling: Sampling, *, label: str = "",
+                     policy: Policy | None = None) -> Route:
+        """A new route: its token and base URL go to the CLI, its turns fill as it calls.
+
+        ``policy`` answers this route's calls instead of the gateway's own.
+        """
         token = secrets.token_urlsafe(32)
         route = Route(token=token, base_url=self.base_url, sampling=sampling, label=label,
-                      model=self.model_name)
+                      model=self.model_name, policy=policy)
         self._routes[_digest(token)] = route
         return route
 
@@ -407,7 +414,7 @@ class ModelGateway:
                                 sampling=route.sampling)
         t0 = time.perf_counter()
         try:
-            response = await self.policy.act(request)
+            response = await (route.policy or self.policy).act(request)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - a backend failure is the backend's, not ours

@@ -10,7 +10,8 @@ A harness file looks like::
 Slots: ``[prompt]`` (system prompt and turn templates), ``[observation]``
 (renderer and its options), ``[actions]`` (interface and parser), ``[loop]``
 (control logic), ``[budget]`` (turns, tokens, wall seconds) and
-``[[skills]]`` (procedural text). Everything is checked at load time: an
+``[[skills]]`` (procedural text); or ``[agent]``, a third-party agent CLI that is
+the harness (:mod:`tackroom.harness.agent`). Everything is checked at load time: an
 unknown slot or key, an unknown renderer, a value out of range raises
 :class:`HarnessError` naming the file, the slot and what is allowed.
 
@@ -35,8 +36,12 @@ from typing import Any
 
 from tackroom.core.errors import HarnessError
 from tackroom.harness import registry
+from tackroom.harness.agent import CAPABILITIES as AGENT_CAPABILITIES
+from tackroom.harness.agent import check_agent
 
 BUILTIN_DIR = Path(__file__).parent / "harnesses"
+#: Shipped agent harnesses (third-party CLIs; see tackroom.harness.agent).
+AGENTS_DIR = Path(__file__).parent / "agents"
 
 DEFAULT_SYSTEM = (
     "You are an agent that operates a web page to complete a task. "
@@ -68,7 +73,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 _TOP = {"name", "description", "extends", "version", "prompt", "observation", "actions",
-        "loop", "budget", "skills"}
+        "loop", "budget", "skills", "agent"}
 _PLACEHOLDERS = {
     "first_turn": {"instruction", "observation", "budget"},
     "next_turn": {"feedback", "observation", "budget", "instruction"},
@@ -95,12 +100,14 @@ class HarnessSpec:
     loop: dict[str, Any]
     budget: dict[str, Any]
     skills: tuple[Skill, ...] = ()
+    #: The agent CLI that is this harness (``None``: tackroom's own loop); see harness.agent.
+    agent: dict[str, Any] | None = None
     source: str = ""
     extends: tuple[str, ...] = field(default=(), compare=False)
 
     def content(self) -> dict[str, Any]:
         """The resolved slots (what the hash covers)."""
-        return {
+        content = {
             "prompt": self.prompt,
             "observation": self.observation,
             "actions": self.actions,
@@ -108,6 +115,14 @@ class HarnessSpec:
             "budget": self.budget,
             "skills": [{"name": s.name, "text": s.text} for s in self.skills],
         }
+        if self.agent is not None:  # only then: the hashes of loop harnesses stay as they were
+            content["agent"] = self.agent
+        return content
+
+    @property
+    def kind(self) -> str:
+        """``"agent"`` for a third-party CLI, ``"loop"`` for tackroom's own turn loop."""
+        return "agent" if self.agent is not None else "loop"
 
     @functools.cached_property
     def hash(self) -> str:
@@ -120,6 +135,12 @@ class HarnessSpec:
         """``name@hash``, how runs and reports name a harness."""
         return f"{self.name}@{self.hash}"
 
+    def can_express(self, requires: frozenset[str]) -> bool:
+        """Whether this harness can do everything a task requires."""
+        if self.agent is not None:
+            return requires <= AGENT_CAPABILITIES
+        return self.interface.can_express(requires)
+
     @property
     def interface(self) -> Any:
         return registry.INTERFACES[self.actions["interface"]]
@@ -130,10 +151,11 @@ class HarnessSpec:
 
 
 def search_path() -> list[Path]:
-    """Where harness names are looked up: ``$TACKROOM_HARNESS_PATH``, ``./harnesses``, built-ins."""
+    """Where harness names are looked up: ``$TACKROOM_HARNESS_PATH``, ``./harnesses``, built-ins
+    (tackroom's own, then the shipped agent CLIs)."""
     dirs = [Path(p) for p in os.environ.get("TACKROOM_HARNESS_PATH", "").split(os.pathsep) if p]
     dirs.append(Path.cwd() / "harnesses")
-    dirs.append(BUILTIN_DIR)
+    dirs += [BUILTIN_DIR, AGENTS_DIR]
     return dirs
 
 
@@ -275,7 +297,9 @@ def parse_harness(raw: dict[str, Any], source: str = "<memory>",
     _check_loop(slots["loop"], where)
     _check_budget(slots["budget"], where)
     skills = _check_skills(raw.get("skills", []), where)
-    _check_required(raw, where)
+    agent = check_agent(raw["agent"], where) if "agent" in raw else None
+    if agent is None:  # an agent CLI brings its own prompt, observations and parser
+        _check_required(raw, where)
     return HarnessSpec(
         name=name,
         description=str(raw.get("description", "")),
@@ -285,6 +309,7 @@ def parse_harness(raw: dict[str, Any], source: str = "<memory>",
         loop=slots["loop"],
         budget=slots["budget"],
         skills=skills,
+        agent=agent,
         source=source,
         extends=chain,
     )

@@ -25,9 +25,10 @@ from tackroom.core.errors import (
     TackroomError,
 )
 from tackroom.core.policy import ExpertView, Policy, PolicyRequest, PolicyResponse, Sampling
-from tackroom.core.task import Environment, EnvironmentPool, Expert, Task
+from tackroom.core.task import Environment, EnvironmentPool, Expert, Task, call_env
 from tackroom.harness.session import HarnessSession
 from tackroom.harness.spec import HarnessSpec
+from tackroom.runner.agent import GRACE_S, Gateways, agent_loop, install
 
 
 @dataclass(frozen=True)
@@ -47,19 +48,15 @@ class EpisodeSpec:
                           self.sampling.to_dict(), self.seed, self.attempt)
 
 
-async def _call(env: Environment, fn, *args):
-    """Call the environment, in a worker thread when it blocks (browsers, sandboxes)."""
-    if env.blocking:
-        return await asyncio.to_thread(fn, *args)
-    return fn(*args)
-
-
 async def run_episode(spec: EpisodeSpec, pool: EnvironmentPool, run_id: str,
-                      expert: Expert | None = None) -> Episode:
+                      expert: Expert | None = None, gateways: Gateways | None = None
+                      ) -> Episode:
     """Run one episode to its single outcome. Never raises for task or infra failures.
 
     A :class:`PolicyError` (bad credentials, unknown model) is recorded as
     ``infra_error`` and then re-raised, because every later episode would hit it.
+    An agent harness (a third-party CLI) runs through ``gateways``, the run's
+    model gateways (see :mod:`tackroom.runner.agent`).
     """
     h = spec.harness
     ep = Episode(
@@ -71,9 +68,17 @@ async def run_episode(spec: EpisodeSpec, pool: EnvironmentPool, run_id: str,
     deadline = time.monotonic() + wall if wall else None
     fatal: PolicyError | None = None
     try:
+        if h.agent is not None:
+            # Installed before the clock starts (the first time on a machine takes minutes);
+            # the CLI's own time is the wall budget, reset and verifier get a grace.
+            await asyncio.to_thread(install, h.agent)
+            wall = wall + GRACE_S if wall else None
         async with asyncio.timeout(wall):
             async with pool.acquire(spec.task) as env:
-                await _loop(spec, env, ep, expert, deadline)
+                if h.agent is not None:
+                    await agent_loop(spec, env, ep, expert, gateways or _no_gateways())
+                else:
+                    await _loop(spec, env, ep, expert, deadline)
     except TimeoutError:
         ep.outcome = Outcome.TIMEOUT
         ep.error = f"wall-clock budget of {wall:g} s ran out"
@@ -100,11 +105,16 @@ async def run_episode(spec: EpisodeSpec, pool: EnvironmentPool, run_id: str,
     return ep
 
 
+def _no_gateways() -> Gateways:
+    raise InfraError("an agent harness needs the run's model gateways", "runner",
+                     "run it through run_cells (tackroom eval), not run_episode alone")
+
+
 async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert | None,
                 deadline: float | None) -> None:
     h = spec.harness
     t0 = time.perf_counter()
-    obs = await _call(env, env.reset, spec.seed)
+    obs = await call_env(env, env.reset, spec.seed)
     ep.t_env = time.perf_counter() - t0
     ep.instruction = obs.instruction
     session = HarnessSession(h, obs.instruction)
@@ -172,7 +182,7 @@ async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert
             step = None
             for action in parsed.actions:
                 try:
-                    step = await _call(env, env.step, action)
+                    step = await call_env(env, env.step, action)
                 except ActionError as e:
                     turn.action_error = str(e)
                     break

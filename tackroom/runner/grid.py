@@ -19,6 +19,7 @@ from tackroom.core.errors import PolicyError
 from tackroom.core.policy import Policy, Sampling
 from tackroom.core.task import Expert, Suite, Task
 from tackroom.harness.spec import HarnessSpec
+from tackroom.runner.agent import Gateways
 from tackroom.runner.episode import EpisodeSpec, run_episode
 
 #: How many times an infra-failed episode is retried within the same run.
@@ -39,7 +40,7 @@ def plan_grid(tasks: Sequence[Task], harnesses: Sequence[HarnessSpec],
     plan = GridPlan(cells=[])
     for task in tasks:
         for h in harnesses:
-            if not h.interface.can_express(task.requires):
+            if not h.can_express(task.requires):
                 plan.inexpressible.append((task, h))
                 continue
             for p in policies:
@@ -123,14 +124,16 @@ class LocalExecutor:
         self.suite = suite
         self.pool = suite.pool(size)
         self._experts: dict[str, Expert | None] = {}
+        self.gateways = Gateways()  # agent harnesses' model gateways, one per policy
 
     async def run(self, cell: EpisodeSpec, run_id: str) -> Episode:
         key = cell.task.key
         if key not in self._experts:
             self._experts[key] = self.suite.expert(cell.task)
-        return await run_episode(cell, self.pool, run_id, self._experts[key])
+        return await run_episode(cell, self.pool, run_id, self._experts[key], self.gateways)
 
     async def aclose(self) -> None:
+        await self.gateways.aclose()
         await self.pool.aclose()
 
 

@@ -63,7 +63,7 @@ def draw_cells(tasks: Sequence[Task], harnesses: Sequence[HarnessSpec], policy: 
             env_seed = rng.randrange(EVAL_SEED_BASE)
         used.add((task.key, env_seed))
         for h in harnesses:
-            if not h.interface.can_express(task.requires):
+            if not h.can_express(task.requires):
                 continue
             for _ in range(group_size):
                 s = Sampling(temperature=sampling.temperature, top_p=sampling.top_p,

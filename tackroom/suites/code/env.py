@@ -27,14 +27,23 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
-from tackroom.core.actions import Action, Edit, EditLines, Shell, Submit, ViewFile, WriteFile
+from tackroom.core.actions import (
+    Action,
+    Edit,
+    EditLines,
+    RunAgent,
+    Shell,
+    Submit,
+    ViewFile,
+    WriteFile,
+)
 from tackroom.core.errors import ActionError
 from tackroom.core.observation import Observation
 from tackroom.core.task import StepResult
-from tackroom.sandbox import Limits, Sandbox
+from tackroom.sandbox import Limits, Sandbox, run_agent
 from tackroom.suites.code.evaluate import failure_mode, run_hidden_tests
 from tackroom.suites.code.tasks import REPO_PATH, CodeTask
 from tackroom.suites.code.workspace import (
@@ -112,6 +121,8 @@ class CodeEnv:
             return self._submit()
         if isinstance(action, Shell):
             return StepResult(self._obs(self._shell(action.cmd)), 0.0, False)
+        if isinstance(action, RunAgent):
+            return self._run_agent(action)
         handlers = {Edit: self._edit, WriteFile: self._write, EditLines: self._edit_lines,
                     ViewFile: self._view}
         handler = handlers.get(type(action))
@@ -143,6 +154,18 @@ class CodeEnv:
             extra={"files": self.ws.snapshot(), "repo": REPO_PATH, "package": self.task.package,
                    "viewer": asdict(self.viewer) if self.viewer else None},
         )
+
+    def _run_agent(self, action: RunAgent) -> StepResult:
+        """An agent CLI in a sandbox of its own over the repository, then this one again."""
+        assert self.box is not None and self._dir is not None
+        self.box.close()
+        left = self.limits.episode_wall_s - (time.monotonic() - self.started)
+        res = run_agent(replace(action, timeout_s=max(1.0, min(action.timeout_s, left))),
+                        self._dir, self.limits, unsafe_local=self.unsafe_local)
+        self.box = Sandbox(self._dir, self.limits, unsafe_local=self.unsafe_local)
+        self.ws = Workspace(self._dir, self.box.uid if self.box.uid != os.getuid() else None)
+        return StepResult(self._obs(res.output(OUTPUT_CHARS)), 0.0, False,
+                          info={"agent": res.record()})
 
     def _shell(self, cmd: str) -> str:
         assert self.box is not None

@@ -21,13 +21,14 @@ import re
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from tackroom.core.actions import Action, Press, Shell, Submit, TypeText
+from tackroom.core.actions import Action, Press, RunAgent, Shell, Submit, TypeText
 from tackroom.core.errors import ActionError, InfraError
 from tackroom.core.observation import Observation
 from tackroom.core.task import StepResult, Task
-from tackroom.sandbox import CommandResult, Limits, Sandbox
+from tackroom.sandbox import CommandResult, Limits, Sandbox, run_agent
 from tackroom.suites.terminal.shell_session import KEYS, ShellSession
 from tackroom.suites.terminal.taskdir import TaskDir
 
@@ -145,12 +146,27 @@ class TerminalEnv:
             text = _show(action.cmd, res)
         elif isinstance(action, (TypeText, Press)):
             text = self._type(action)
+        elif isinstance(action, RunAgent):
+            return self._run_agent(action)
         else:
             raise ActionError(f"the terminal suite does not support {action.kind!r} actions; "
                               "run shell commands, type keys, or submit")
         if self._left() <= 0:
             return self._finish(truncated=True)
         return StepResult(self._obs(text), 0.0, False)
+
+    def _run_agent(self, action: RunAgent) -> StepResult:
+        """An agent CLI in a sandbox of its own over the task directory, then this one again."""
+        assert self.sandbox is not None
+        self.sandbox.close()
+        timeout = max(1.0, min(action.timeout_s, self._left()))
+        mounts = {self.td.workdir: self.workdir} if self.td.workdir != "/task" else {}
+        res = run_agent(replace(action, timeout_s=timeout), self.workdir, self.limits,
+                        cwd=self.td.workdir, binds=mounts, unsafe_local=self.unsafe_local,
+                        env=self._env())
+        self.sandbox = self._sandbox(self.limits)
+        return StepResult(self._obs(res.output(OUTPUT_LIMIT)), 0.0, False,
+                          info={"agent": res.record(VERIFIER_OUTPUT_LIMIT)})
 
     def _type(self, action: TypeText | Press) -> str:
         if isinstance(action, Press):

@@ -1,0 +1,112 @@
+"""Scripted experts for agent harnesses: a task's reference actions in a CLI's own format.
+
+A built-in harness's expert hands the harness actions, which the harness
+encodes as a model would have to. An agent CLI's format is the CLI's own, so
+its expert is a :class:`~tackroom.core.policy.Policy` behind the model gateway
+that writes replies in that format: it is the agent harness's lower bound of
+its ceiling, as the built-in experts are for theirs.
+
+Formats (the harness's ``[agent] expert``):
+
+* ``shell-tool`` (mini-swe-agent, Qwen Code, OpenHands: CLIs that give the
+  model a shell tool): the first reply calls the CLI's shell tool — the tool
+  of the request whose parameters hold a ``command`` string — with every
+  action as one script (an edit becomes a small Python program); the next
+  reply runs the harness's ``expert_submit`` command with it (the CLI's own
+  way of saying it is done), or, without one, answers in plain text, which
+  ends a CLI's turn.
+* ``bash-block`` (text-based CLIs): the same script in a fenced block whose
+  info string is the harness's ``expert_fence`` (``bash`` by default).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from tackroom.core.actions import Action, Edit, Shell, Submit, WriteFile
+from tackroom.core.errors import ConfigError
+from tackroom.core.policy import PolicyRequest, PolicyResponse, ToolCall
+
+
+def bash_script(actions: Sequence[Action]) -> str:
+    """The actions as one bash script (stopping at the first that fails)."""
+    parts = ["set -e"]
+    for a in actions:
+        if isinstance(a, Shell):
+            parts.append(a.cmd.rstrip("\n"))
+        elif isinstance(a, Edit):
+            parts.append(_python(
+                f"p = pathlib.Path({a.path!r}); s = p.read_text() if p.exists() else ''\n"
+                f"old, new = {a.old!r}, {a.new!r}\n"
+                "if old and old not in s: raise SystemExit(f'{p}: the text to replace is "
+                "not there')\n"
+                "p.parent.mkdir(parents=True, exist_ok=True)\n"
+                "p.write_text(s.replace(old, new, 1) if old else new)"))
+        elif isinstance(a, WriteFile):
+            parts.append(_python(
+                f"p = pathlib.Path({a.path!r}); p.parent.mkdir(parents=True, exist_ok=True)\n"
+                f"p.write_text({a.content!r})"))
+        elif not isinstance(a, Submit):
+            raise ConfigError(f"a bash-block expert cannot write a {a.kind!r} action",
+                              "agent expert", "give the task shell or file actions")
+    return "\n".join(parts)
+
+
+def _python(body: str) -> str:
+    return f"python3 - <<'TACKROOM_EDIT'\nimport pathlib\n{body}\nTACKROOM_EDIT"
+
+
+class AgentExpert:
+    """Answers an agent CLI's calls with one episode's reference actions, then its submit.
+
+    One instance per episode (it counts the calls it answered). ``actions`` are
+    what the task's expert does from the task's first observation.
+    """
+
+    id = "expert"
+
+    def __init__(self, actions: Sequence[Action], fmt: str, submit: str = "",
+                 fence: str = "bash") -> None:
+        if fmt not in ("shell-tool", "bash-block"):
+            raise ConfigError(f"no scripted expert for the {fmt!r} format yet", "agent expert",
+                              "use expert = \"shell-tool\" or \"bash-block\", or evaluate "
+                              "this harness with a model")
+        self.fmt, self.submit, self.fence = fmt, submit, fence
+        self.script = bash_script(actions)
+        self.calls = 0
+
+    async def act(self, request: PolicyRequest) -> PolicyResponse:
+        self.calls += 1
+        command = self.script if self.calls == 1 else self.submit
+        if self.fmt == "bash-block":
+            if not command:
+                return PolicyResponse(text="The task is done.", model="expert")
+            return PolicyResponse(text=f"Running the reference solution.\n\n"
+                                       f"```{self.fence}\n{command}\n```", model="expert")
+        tool = shell_tool(request.tools or [])
+        if tool is None:
+            raise ConfigError("the CLI offered no shell tool (one with a 'command' "
+                              "parameter)", "agent expert", "use expert = \"bash-block\"")
+        if not command:
+            return PolicyResponse(text="The task is done.", model="expert")
+        call = ToolCall(id=f"call_expert_{self.calls}", name=tool,
+                        arguments=json.dumps({"command": command}))
+        return PolicyResponse(text=None, tool_calls=[call], model="expert")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def shell_tool(tools: Sequence[dict[str, Any]]) -> str | None:
+    """The name of the tool that runs a shell command (a ``command`` string parameter)."""
+    found = []
+    for t in tools:
+        fn = t.get("function") if isinstance(t, dict) else None
+        params = (fn or {}).get("parameters") or {}
+        props = params.get("properties") if isinstance(params, dict) else None
+        if isinstance(props, dict) and isinstance(props.get("command"), dict):
+            found.append(str(fn.get("name", "")))
+    preferred = [n for n in found if any(w in n.lower() for w in ("bash", "shell"))]
+    return (preferred or found or [None])[0]

@@ -1,0 +1,136 @@
+"""Install an agent harness's CLI once, into a content-addressed cache outside the clone.
+
+``~/.cache/tackroom/agents/<cli>-<version>-<hash>`` (``$TACKROOM_CACHE``
+overrides ``~/.cache/tackroom``), where the hash covers the installer and the
+pinned packages: the same harness on a second run, or in a second checkout,
+reuses the directory; a changed pin is another directory. A pip install is a
+virtual environment of the system's ``python3`` (the interpreter the sandbox
+has: ``/usr`` is bound into it), an npm install a ``--prefix`` directory.
+The directory is mounted read-only into the sandbox at the same path, so the
+absolute paths in a virtual environment's scripts hold there too.
+
+Installs are serialised by a lock file, so concurrent episodes and runs
+install once, and count only once finished (a marker file written last).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tackroom.core.errors import InfraError
+
+#: Marks a finished install; holds what was installed.
+DONE = ".tackroom-installed.json"
+#: The interpreter a pip-installed CLI runs on, inside the sandbox as outside.
+SYSTEM_PYTHON = "/usr/bin/python3"
+#: Seconds one install may take.
+INSTALL_TIMEOUT_S = 1800
+
+
+def cache_root() -> Path:
+    """``$TACKROOM_CACHE/agents``, by default ``~/.cache/tackroom/agents``."""
+    base = os.environ.get("TACKROOM_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "tackroom")
+    return Path(base) / "agents"
+
+
+def install_dir(agent: dict[str, Any]) -> Path:
+    """Where the CLI of the ``[agent]`` slot ``agent`` is (or will be) installed."""
+    spec = json.dumps(agent["install"], sort_keys=True)
+    digest = hashlib.sha256(spec.encode()).hexdigest()[:12]
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in agent["cli"])
+    return cache_root() / f"{safe}-{agent['version']}-{digest}"
+
+
+def ensure_installed(agent: dict[str, Any], *, log: Any = None) -> Path:
+    """The CLI's install directory, installing it first if it is not in the cache.
+
+    Raises :class:`InfraError` (one line, the installer's last output) if the
+    install fails: an episode that cannot start its CLI is an infrastructure
+    failure, never the model's.
+    """
+    target = install_dir(agent)
+    if (target / DONE).is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(target.with_suffix(".lock")):
+        if (target / DONE).is_file():  # another process installed it while we waited
+            return target
+        (installer, packages), = agent["install"].items()
+        if log is not None:
+            log(f"installing {' '.join(packages)} ({installer}) into {target}")
+        # In place, under the lock: a virtual environment records its own path, so it
+        # cannot be built elsewhere and moved. Only the marker makes it count as done.
+        shutil.rmtree(target, ignore_errors=True)
+        try:
+            if installer == "pip":
+                _pip(target, packages)
+            else:
+                _npm(target, packages)
+            _readable(target)
+            (target / DONE).write_text(json.dumps(
+                {"cli": agent["cli"], "version": agent["version"],
+                 "install": agent["install"]}, indent=1))
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+    return target
+
+
+def _readable(root: Path) -> None:
+    """Readable (and, where executable, runnable) by the sandbox's own uid."""
+    for path in [root, *root.rglob("*")]:
+        with contextlib.suppress(OSError):
+            if not path.is_symlink():
+                mode = path.stat().st_mode
+                os.chmod(path, mode | 0o444 | (0o111 if mode & 0o100 or path.is_dir() else 0))
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S,
+                              env={**os.environ, **(env or {})})
+    except FileNotFoundError:
+        raise InfraError(f"cannot install the agent CLI: {argv[0]} not found", what,
+                         f"install {Path(argv[0]).name} on this machine") from None
+    except subprocess.TimeoutExpired:
+        raise InfraError(f"installing the agent CLI took over {INSTALL_TIMEOUT_S} s", what,
+                         "check the network to the package registry") from None
+    if proc.returncode != 0:
+        tail = " ".join((proc.stderr or proc.stdout).split())[-400:]
+        raise InfraError(f"installing the agent CLI failed (exit {proc.returncode}): {tail}",
+                         what, "check the pinned version and the network to the registry")
+
+
+def _pip(target: Path, packages: list[str]) -> None:
+    python = SYSTEM_PYTHON if os.path.exists(SYSTEM_PYTHON) else sys.executable
+    _run([python, "-m", "venv", str(target)], "pip install")
+    _run([str(target / "bin" / "python"), "-m", "pip", "install", "--no-input",
+          "--disable-pip-version-check", "--no-warn-script-location", *packages],
+         "pip install", {"PIP_NO_CACHE_DIR": "0"})
+
+
+def _npm(target: Path, packages: list[str]) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    _run(["npm", "install", "--prefix", str(target), "--no-audit", "--no-fund",
+          "--no-update-notifier", "--loglevel=error", *packages], "npm install")

@@ -1,0 +1,158 @@
+"""The episode of an agent harness: a third-party CLI in the sandbox, its calls through the gateway.
+
+One episode: the environment lays the task out; a route of the policy's model
+gateway is opened (a token of its own; the scripted expert's replies when the
+policy is ``expert``); the CLI runs in the task's sandbox
+(:class:`~tackroom.core.actions.RunAgent`), reaching the gateway only through
+its Unix socket and ``tackroom/gateway/forward.py``; then ``Submit`` runs the
+task's verifier. Every model call the CLI made is a turn of the episode.
+
+Outcomes beyond the verifier's verdict:
+
+* the CLI exited non-zero before its first model call: ``infra_error`` with
+  its output (it crashed on start: not the model's failure);
+* the backend failed under it (the gateway answered 5xx) and the task was not
+  solved: ``infra_error``;
+* the CLI ran out of time and the task was not solved: ``timeout``;
+* the CLI never called the model: failure mode ``no_model_calls``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tackroom.agents.experts import AgentExpert
+from tackroom.agents.install import ensure_installed
+from tackroom.core.actions import RunAgent, Submit
+from tackroom.core.episode import Episode, Outcome
+from tackroom.core.errors import ConfigError, InfraError
+from tackroom.core.policy import Policy
+from tackroom.core.task import Environment, Expert, call_env
+from tackroom.gateway import ModelGateway, forward
+from tackroom.harness.agent import fill
+
+#: The port forward.py listens on inside the sandbox (its own network namespace).
+SANDBOX_PORT = 4000
+#: Where the CLI's home is inside the sandbox.
+HOME = "/agent-home"
+#: Seconds an agent episode may take beyond its CLI's own time (reset, verifier).
+GRACE_S = 120.0
+_FORWARD = str(Path(forward.__file__).resolve())
+
+
+class Gateways:
+    """One model gateway per policy of a run, on a Unix socket the sandboxes can reach."""
+
+    def __init__(self) -> None:
+        self._by_policy: dict[int, ModelGateway] = {}
+        self._dir: Path | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self, policy: Policy) -> ModelGateway:
+        async with self._lock:
+            gw = self._by_policy.get(id(policy))
+            if gw is None:
+                if self._dir is None:  # short: a Unix socket path has at most 107 bytes
+                    self._dir = Path(tempfile.mkdtemp(prefix="trk-gw-"))
+                    os.chmod(self._dir, 0o755)  # the sandbox's own uid must reach it
+                path = self._dir / f"{len(self._by_policy)}.sock"
+                gw = ModelGateway(policy, unix_socket=path)
+                await gw.start()
+                # Any local process may connect; only an episode's token gets an answer.
+                os.chmod(path, 0o777)
+                self._by_policy[id(policy)] = gw
+            return gw
+
+    async def aclose(self) -> None:
+        for gw in self._by_policy.values():
+            with contextlib.suppress(Exception):
+                await gw.aclose()
+        self._by_policy.clear()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+def install(agent: dict[str, Any]) -> Path:
+    """The agent's CLI, installed (once, into the cache); see :mod:`tackroom.agents.install`."""
+    return ensure_installed(agent)
+
+
+async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | None,
+                     gateways: Gateways) -> None:
+    """Run one agent-harness episode into ``ep`` (its turns, outcome, ``meta["agent"]``)."""
+    agent = spec.harness.agent
+    tool = await asyncio.to_thread(install, agent)
+    obs = await call_env(env, env.reset, spec.seed)
+    ep.instruction = obs.instruction
+    route_policy = None
+    if spec.policy.id == "expert":
+        if expert is None:
+            raise ConfigError(f"task {spec.task.key} has no expert", "--policy expert",
+                              "evaluate this task with a model")
+        route_policy = AgentExpert(expert(obs, {}), agent["expert"] or "shell-tool",
+                                   agent["expert_submit"], agent["expert_fence"])
+    gateway = await gateways.get(spec.policy)
+    route = gateway.open_episode(spec.sampling, label=ep.episode_id, policy=route_policy)
+    try:
+        sandboxed = not getattr(env, "unsafe_local", False)
+        base_url = f"http://127.0.0.1:{SANDBOX_PORT}/v1" if sandboxed else gateway.base_url
+        workdir = str((obs.extra or {}).get("workdir") or "/task")
+        values = {"instruction": obs.instruction, "model": agent["model"],
+                  "base_url": base_url, "api_key": route.token, "tool": str(tool),
+                  "workdir": workdir, "home": HOME,
+                  "turns": str(spec.harness.budget["turns"])}
+        argv = [fill(part, values) for part in agent["command"]]
+        ro_binds = {str(tool): str(tool)}
+        if sandboxed:  # the sandbox has its own network: relay its loopback to the socket
+            socket = str(gateway.unix_socket)
+            argv = ["python3", _FORWARD, "--port", str(SANDBOX_PORT), "--socket", socket,
+                    "--", *argv]
+            ro_binds |= {_FORWARD: _FORWARD, str(Path(socket).parent): str(Path(socket).parent)}
+        env_vars = {"OPENAI_BASE_URL": base_url, "OPENAI_API_BASE": base_url,
+                    "OPENAI_API_KEY": route.token, "OPENAI_MODEL": agent["model"],
+                    **{k: fill(v, values) for k, v in agent["env"].items()}}
+        action = RunAgent(argv=tuple(argv), env=env_vars, ro_binds=ro_binds, home=HOME,
+                          files={k: fill(v, values) for k, v in agent["files"].items()},
+                          timeout_s=float(spec.harness.budget["wall_seconds"]) or 600.0,
+                          memory_mb=agent["memory_mb"], processes=agent["processes"])
+        ran = await call_env(env, env.step, action)
+        info = ran.info.get("agent", {})
+        ep.meta["agent"] = {**info, "cli": agent["cli"], "version": agent["version"],
+                            "calls": len(route.turns), "backend_errors": route.errors}
+        final = await call_env(env, env.step, Submit())
+    finally:
+        gateway.close_episode(route.token)
+    for i, turn in enumerate(route.turns):
+        turn.index = i
+    ep.turns = list(route.turns)
+    if "verifier" in final.info:
+        ep.meta["verifier"] = final.info["verifier"]
+    ep.reward = final.reward
+    if final.success:
+        ep.outcome = Outcome.SUCCESS
+        return
+    if not route.turns and info.get("exit") not in (0, None):
+        raise InfraError(f"the {agent['cli']} CLI exited {info.get('exit')} before its first "
+                         f"model call: {_tail(info.get('output', ''))}", spec.harness.name,
+                         "check the harness's [agent] command and environment")
+    if any(e.get("status", 0) >= 500 for e in route.errors):
+        raise InfraError(f"the model backend failed under {agent['cli']}: "
+                         f"{route.errors[-1].get('message', '')[:300]}", spec.policy.id,
+                         "check the model server; --resume retries the episode")
+    if info.get("timed_out"):
+        ep.outcome, ep.error = Outcome.TIMEOUT, f"{agent['cli']} ran out of time"
+        return
+    ep.outcome = Outcome.FAILURE
+    ep.failure_mode = final.info.get("failure_mode") or (
+        "no_model_calls" if not route.turns else None)
+
+
+def _tail(text: str, n: int = 400) -> str:
+    return " ".join(str(text).split())[-n:] or "(no output)"

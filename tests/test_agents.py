@@ -1,0 +1,111 @@
+"""Real agent CLIs, unmodified, as harnesses: in the sandbox, their model calls through the gateway.
+
+The CLI is installed from its registry on first use into ``~/.cache/tackroom``
+(reused afterwards). Its scripted expert answers behind the gateway in the CLI's
+own format, so every episode solves its task; every call is a turn.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import free_port
+
+import tackroom
+from tackroom.core.policy import Sampling
+from tackroom.sandbox import sandbox_available
+from tackroom.suites.terminal import TerminalSuite
+from tackroom.testing import ScriptedOpenAIServer
+
+pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="needs bubblewrap"),
+              pytest.mark.slow]
+
+TERMINAL_TASKS = ["csv-column-sum", "archive-logs", "count-errors"]
+CODE_TASKS = ["add-business-days", "allocate-ratios", "args-double-dash"]
+MINI_SYSTEM = "You are a helpful assistant that can interact with a computer."
+
+
+@pytest.mark.parametrize(("suite", "tasks"), [("terminal", TERMINAL_TASKS),
+                                              ("code", CODE_TASKS)])
+def test_mini_swe_agent_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, suite, tasks):
+    run = tackroom.evaluate(suite, tasks=tasks, harnesses=["mini-swe-agent"],
+                            policies=["expert"], seeds=[0], store=tmp_path / "r.duckdb")
+    episodes = run.load_episodes()
+    assert sorted(ep.task.split("/")[-1] for ep in episodes) == sorted(tasks)
+    for ep in episodes:
+        assert ep.outcome.value == "success", (ep.task, ep.error, ep.meta.get("agent"))
+        agent = ep.meta["agent"]
+        assert agent["exit"] == 0 and agent["cli"] == "mini-swe-agent" and agent["calls"] == 2
+        # Every model call the CLI made is a turn: its own prompt, its own bash tool.
+        assert len(ep.turns) == 2
+        first = ep.turns[0]
+        assert first.messages[0]["role"] == "system"
+        assert MINI_SYSTEM in first.messages[0]["content"]
+        assert [tc["function"]["name"] for tc in first.tool_calls] == ["bash"]
+        assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in json.dumps(ep.turns[1].tool_calls)
+        # The second call carries what the first command printed back to the model.
+        assert any(m.get("role") == "tool" for m in ep.turns[1].messages)
+
+
+def test_an_agent_cli_reaches_only_the_gateway(tmp_path):
+    """The reference solution of this task is a probe run *by the CLI*; the tests pass
+    only if the probe reached nothing: not the host's loopback, not the internet."""
+    store = tmp_path / "tasks"
+    d = store / "net-probe"
+    (d / "tests").mkdir(parents=True)
+    (d / "solution").mkdir()
+    (d / "instruction.md").write_text("Report which hosts you can reach.\n")
+    (d / "task.toml").write_text('version = "1.0"\n')
+    with ScriptedOpenAIServer() as host_server:
+        (d / "solution" / "solve.sh").write_text(
+            "#!/bin/bash\npython3 - <<'EOF'\nimport socket\n"
+            f"targets = [('127.0.0.1', {host_server.port}), ('127.0.0.1', {free_port()}), "
+            "('1.1.1.1', 443), ('10.0.0.1', 80)]\nout = []\n"
+            "for host, port in targets:\n"
+            "    try:\n        socket.create_connection((host, port), timeout=3).close()\n"
+            "        out.append(f'REACHED {host}:{port}')\n"
+            "    except OSError as e:\n        out.append(f'blocked {host}:{port}')\n"
+            "open('probe.txt', 'w').write('\\n'.join(out) + '\\n')\nEOF\n")
+        (d / "tests" / "test.sh").write_text(
+            "#!/bin/bash\nif [ -f probe.txt ] && ! grep -q REACHED probe.txt && "
+            "[ $(grep -c blocked probe.txt) = 4 ]; then echo 1 > /logs/verifier/reward.txt; "
+            "else cat probe.txt; echo 0 > /logs/verifier/reward.txt; fi\n")
+        run = tackroom.evaluate(TerminalSuite(store=store), tasks=["net-probe"],
+                                harnesses=["mini-swe-agent"], policies=["expert"], seeds=[0],
+                                store=tmp_path / "r.duckdb")
+        assert host_server.requests == []
+    [ep] = run.load_episodes()
+    assert ep.outcome.value == "success", (ep.error, ep.meta.get("verifier"))
+    assert len(ep.turns) == 2  # and the gateway it did reach recorded both calls
+
+
+def test_token_ids_and_logprobs_of_every_call_are_recorded(tmp_path, tiny_chat_dir):
+    short = tmp_path / "mini-short.toml"
+    short.write_text('extends = "mini-swe-agent"\n[budget]\nturns = 2\nwall_seconds = 300\n')
+    run = tackroom.evaluate("terminal", tasks=["csv-column-sum"], harnesses=[str(short)],
+                            policies=[f"hf:{tiny_chat_dir}"], seeds=[0],
+                            sampling=Sampling(max_tokens=8, logprobs=True),
+                            store=tmp_path / "r.duckdb")
+    [ep] = run.load_episodes()
+    assert ep.outcome.value != "infra_error", ep.error
+    assert ep.turns, ep.meta.get("agent")
+    for turn in ep.turns:
+        assert turn.token_ids and len(turn.token_ids) == len(turn.logprobs) <= 8
+        assert turn.completion_tokens == len(turn.token_ids)
+        assert MINI_SYSTEM in turn.messages[0]["content"]
+
+
+def test_a_cli_that_crashes_on_start_is_an_infra_error_with_its_output(tmp_path):
+    broken = tmp_path / "mini-broken.toml"
+    broken.write_text(Path(tackroom.__file__).parent.joinpath(
+        "harness", "agents", "mini-swe-agent.toml").read_text().replace(
+        '"-m", "minisweagent"', '"-m", "minisweagent_no_such_module"').replace(
+        'name = "mini-swe-agent"', 'name = "mini-broken"'))
+    run = tackroom.evaluate("terminal", tasks=["csv-column-sum"], harnesses=[str(broken)],
+                            policies=["expert"], seeds=[0], store=tmp_path / "r.duckdb")
+    final = run.final_episodes()
+    assert [r["outcome"] for r in final] == ["infra_error"]
+    assert "exited 1 before its first model call" in final[0]["error"]
+    assert "minisweagent_no_such_module" in final[0]["error"]
