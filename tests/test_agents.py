@@ -8,13 +8,16 @@ own format, so every episode solves its task; every call is a turn.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from conftest import free_port
 
 import tackroom
+from tackroom.agents.install import ensure_installed
 from tackroom.core.policy import Sampling
+from tackroom.harness.spec import load_harness
 from tackroom.sandbox import sandbox_available
 from tackroom.suites.terminal import TerminalSuite
 from tackroom.testing import ScriptedOpenAIServer
@@ -25,28 +28,60 @@ pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="needs bubblewr
 TERMINAL_TASKS = ["csv-column-sum", "archive-logs", "count-errors"]
 CODE_TASKS = ["add-business-days", "allocate-ratios", "args-double-dash"]
 MINI_SYSTEM = "You are a helpful assistant that can interact with a computer."
+#: Each shipped CLI and the shell tool its expert calls (Aider has none: it only edits).
+SHIPPED = {"mini-swe-agent": "bash", "qwen-code": "run_shell_command", "openhands": "terminal",
+           "aider": None}
 
 
-@pytest.mark.parametrize(("suite", "tasks"), [("terminal", TERMINAL_TASKS),
-                                              ("code", CODE_TASKS)])
-def test_mini_swe_agent_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, suite, tasks):
-    run = tackroom.evaluate(suite, tasks=tasks, harnesses=["mini-swe-agent"],
-                            policies=["expert"], seeds=[0], store=tmp_path / "r.duckdb")
+@pytest.fixture(scope="module", autouse=True)
+def installed():
+    """Every shipped CLI in the cache, installed side by side (minutes, the first time on a
+    machine; a cache hit afterwards)."""
+    agents = [load_harness(name).agent for name in SHIPPED]
+    with ThreadPoolExecutor(len(agents)) as pool:
+        return list(pool.map(ensure_installed, agents))
+
+
+CASES = [(h, "code", CODE_TASKS) for h in SHIPPED] + \
+        [(h, "terminal", TERMINAL_TASKS) for h, tool in SHIPPED.items() if tool]
+
+
+@pytest.mark.parametrize(("harness", "suite", "tasks"), CASES,
+                         ids=[f"{h}-{s}" for h, s, _ in CASES])
+def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, harness, suite,
+                                                                  tasks):
+    run = tackroom.evaluate(suite, tasks=tasks, harnesses=[harness], policies=["expert"],
+                            seeds=[0], store=tmp_path / "r.duckdb")
     episodes = run.load_episodes()
     assert sorted(ep.task.split("/")[-1] for ep in episodes) == sorted(tasks)
+    tool = SHIPPED[harness]
     for ep in episodes:
         assert ep.outcome.value == "success", (ep.task, ep.error, ep.meta.get("agent"))
         agent = ep.meta["agent"]
-        assert agent["exit"] == 0 and agent["cli"] == "mini-swe-agent" and agent["calls"] == 2
-        # Every model call the CLI made is a turn: its own prompt, its own bash tool.
-        assert len(ep.turns) == 2
+        assert agent["exit"] == 0 and agent["cli"] == harness, agent
+        # Every model call the CLI made is a turn, with the CLI's own prompt and tools.
+        assert agent["calls"] == len(ep.turns) >= 1
         first = ep.turns[0]
-        assert first.messages[0]["role"] == "system"
-        assert MINI_SYSTEM in first.messages[0]["content"]
-        assert [tc["function"]["name"] for tc in first.tool_calls] == ["bash"]
-        assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in json.dumps(ep.turns[1].tool_calls)
+        assert first.messages[0]["role"] == "system"  # the CLI's own system prompt, as sent
+        assert len(json.dumps(first.messages)) > 1000
+        if tool is None:  # Aider: SEARCH/REPLACE edits in text, no tools
+            assert "<<<<<<< SEARCH" in first.raw_text and not first.tool_calls
+            continue
+        assert [tc["function"]["name"] for tc in first.tool_calls] == [tool]
         # The second call carries what the first command printed back to the model.
-        assert any(m.get("role") == "tool" for m in ep.turns[1].messages)
+        assert len(ep.turns) == 2 and any(m.get("role") == "tool"
+                                          for m in ep.turns[1].messages)
+    if harness == "mini-swe-agent":
+        assert MINI_SYSTEM in episodes[0].turns[0].messages[0]["content"]
+        assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in json.dumps(
+            episodes[0].turns[1].tool_calls)
+
+
+def test_aider_cannot_express_a_task_that_needs_a_shell():
+    plan = tackroom.plan("terminal", tasks=["csv-column-sum"], harnesses=["aider", "openhands"],
+                         policies=["expert"], seeds=[0])
+    assert [(t.id, h.name) for t, h in plan.grid.inexpressible] == [("csv-column-sum", "aider")]
+    assert [c.harness.name for c in plan.grid.cells] == ["openhands"]
 
 
 def test_an_agent_cli_reaches_only_the_gateway(tmp_path):

@@ -17,11 +17,16 @@ Formats (the harness's ``[agent] expert``):
   ends a CLI's turn.
 * ``bash-block`` (text-based CLIs): the same script in a fenced block whose
   info string is the harness's ``expert_fence`` (``bash`` by default).
+* ``search-replace`` (Aider's ``diff`` edit format): each edit as a
+  ``<<<<<<< SEARCH`` / ``=======`` / ``>>>>>>> REPLACE`` block under its file's
+  path (a new file: an empty SEARCH); then plain text. Aider runs no shell
+  command unattended, so neither does its expert.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,6 +59,25 @@ def bash_script(actions: Sequence[Action]) -> str:
     return "\n".join(parts)
 
 
+def search_replace(actions: Sequence[Action]) -> str:
+    """Edits (and new files) as Aider's SEARCH/REPLACE blocks."""
+    parts = ["I will make these changes."]
+    for a in actions:
+        if isinstance(a, WriteFile):
+            a = Edit(a.path, "", a.content)
+        if isinstance(a, Edit):
+            parts.append(f"{a.path}\n```\n<<<<<<< SEARCH\n{_line_end(a.old)}=======\n"
+                         f"{_line_end(a.new)}>>>>>>> REPLACE\n```")
+        elif not isinstance(a, Submit):
+            raise ConfigError(f"a search-replace expert cannot write a {a.kind!r} action",
+                              "agent expert", "this harness only edits files")
+    return "\n\n".join(parts)
+
+
+def _line_end(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
 def _python(body: str) -> str:
     return f"python3 - <<'TACKROOM_EDIT'\nimport pathlib\n{body}\nTACKROOM_EDIT"
 
@@ -69,17 +93,23 @@ class AgentExpert:
 
     def __init__(self, actions: Sequence[Action], fmt: str, submit: str = "",
                  fence: str = "bash") -> None:
-        if fmt not in ("shell-tool", "bash-block"):
+        if fmt not in ("shell-tool", "bash-block", "search-replace"):
             raise ConfigError(f"no scripted expert for the {fmt!r} format yet", "agent expert",
-                              "use expert = \"shell-tool\" or \"bash-block\", or evaluate "
-                              "this harness with a model")
+                              "use expert = \"shell-tool\", \"bash-block\" or "
+                              "\"search-replace\", or evaluate this harness with a model")
         self.fmt, self.submit, self.fence = fmt, submit, fence
-        self.script = bash_script(actions)
+        if fmt == "search-replace":
+            self.script = search_replace(actions)
+        else:
+            self.script = bash_script(actions)
         self.calls = 0
 
     async def act(self, request: PolicyRequest) -> PolicyResponse:
         self.calls += 1
         command = self.script if self.calls == 1 else self.submit
+        if self.fmt == "search-replace":
+            text = self.script if self.calls == 1 else "The changes are made."
+            return PolicyResponse(text=text, model="expert")
         if self.fmt == "bash-block":
             if not command:
                 return PolicyResponse(text="The task is done.", model="expert")
@@ -91,22 +121,43 @@ class AgentExpert:
                               "parameter)", "agent expert", "use expert = \"bash-block\"")
         if not command:
             return PolicyResponse(text="The task is done.", model="expert")
-        call = ToolCall(id=f"call_expert_{self.calls}", name=tool,
-                        arguments=json.dumps({"command": command}))
+        name, extra = tool
+        if "\n" in command:  # one command line (OpenHands' terminal runs one at a time)
+            command = f"bash -c {shlex.quote(command)}"
+        call = ToolCall(id=f"call_expert_{self.calls}", name=name,
+                        arguments=json.dumps({"command": command, **extra}))
         return PolicyResponse(text=None, tool_calls=[call], model="expert")
 
     async def aclose(self) -> None:
         return None
 
 
-def shell_tool(tools: Sequence[dict[str, Any]]) -> str | None:
-    """The name of the tool that runs a shell command (a ``command`` string parameter)."""
+def shell_tool(tools: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+    """The tool that runs a shell command (a ``command`` string parameter), and values for its
+    other required parameters (OpenHands' ``security_risk``: the lowest it offers)."""
     found = []
     for t in tools:
         fn = t.get("function") if isinstance(t, dict) else None
         params = (fn or {}).get("parameters") or {}
         props = params.get("properties") if isinstance(params, dict) else None
-        if isinstance(props, dict) and isinstance(props.get("command"), dict):
-            found.append(str(fn.get("name", "")))
-    preferred = [n for n in found if any(w in n.lower() for w in ("bash", "shell"))]
+        if not (isinstance(props, dict) and isinstance(props.get("command"), dict)):
+            continue
+        if props["command"].get("enum"):  # a sub-command (file_editor's "create"), not a shell
+            continue
+        extra = {}
+        for key in params.get("required") or []:
+            if key == "command" or not isinstance(props.get(key), dict):
+                continue
+            extra[key] = _placeholder(props[key])
+        found.append((str(fn.get("name", "")), extra))
+    words = ("bash", "shell", "terminal", "exec")
+    preferred = [f for f in found if any(w in f[0].lower() for w in words)]
     return (preferred or found or [None])[0]
+
+
+def _placeholder(schema: dict[str, Any]) -> Any:
+    """A harmless value for a required parameter the expert has no use for."""
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return "LOW" if "LOW" in enum else enum[0]
+    return {"boolean": False, "integer": 0, "number": 0}.get(str(schema.get("type")), "")

@@ -66,21 +66,26 @@ def ensure_installed(agent: dict[str, Any], *, log: Any = None) -> Path:
     with _locked(target.with_suffix(".lock")):
         if (target / DONE).is_file():  # another process installed it while we waited
             return target
-        (installer, packages), = agent["install"].items()
+        spec = dict(agent["install"])
+        python = spec.pop("python", None)
+        (installer, packages), = spec.items()
         if log is not None:
             log(f"installing {' '.join(packages)} ({installer}) into {target}")
         # In place, under the lock: a virtual environment records its own path, so it
         # cannot be built elsewhere and moved. Only the marker makes it count as done.
         shutil.rmtree(target, ignore_errors=True)
         try:
+            runtime = None
             if installer == "pip":
-                _pip(target, packages)
+                interpreter = find_python(python) if python else _system_python()
+                _pip(target, packages, interpreter)
+                runtime = _outside_usr(interpreter)
             else:
                 _npm(target, packages)
             _readable(target)
             (target / DONE).write_text(json.dumps(
                 {"cli": agent["cli"], "version": agent["version"],
-                 "install": agent["install"]}, indent=1))
+                 "install": agent["install"], "runtime": runtime}, indent=1))
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
@@ -122,8 +127,42 @@ def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
                          what, "check the pinned version and the network to the registry")
 
 
-def _pip(target: Path, packages: list[str]) -> None:
-    python = SYSTEM_PYTHON if os.path.exists(SYSTEM_PYTHON) else sys.executable
+def runtime_dir(target: Path) -> str | None:
+    """The interpreter's installation an install's virtual environment links to, when it
+    lies outside ``/usr`` (which the sandbox has): it must be mounted too."""
+    try:
+        return json.loads((target / DONE).read_text()).get("runtime")
+    except (OSError, ValueError):
+        return None
+
+
+def find_python(version: str) -> str:
+    """A ``python<version>`` on this machine: on ``PATH``, in ``/usr``, or a pyenv install."""
+    name = f"python{version}"
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    candidates = [f"/usr/bin/{name}", f"/usr/local/bin/{name}",
+                  *sorted((str(p) for p in pyenv.glob(f"{version}.*/bin/{name}")), reverse=True),
+                  shutil.which(name)]
+    for c in candidates:
+        # A pyenv shim is a script that picks a Python by the directory it runs in: not one.
+        if c and "/shims/" not in c and os.access(c, os.X_OK):
+            return os.path.realpath(c)
+    raise InfraError(f"this agent CLI needs Python {version}, and this machine has none",
+                     "pip install", f"install {name} (apt-get install {name}, or pyenv "
+                     f"install {version})")
+
+
+def _system_python() -> str:
+    return SYSTEM_PYTHON if os.path.exists(SYSTEM_PYTHON) else sys.executable
+
+
+def _outside_usr(interpreter: str) -> str | None:
+    real = Path(os.path.realpath(interpreter))
+    prefix = real.parent.parent  # .../bin/python3.12 -> ...
+    return None if str(prefix).startswith("/usr") else str(prefix)
+
+
+def _pip(target: Path, packages: list[str], python: str) -> None:
     _run([python, "-m", "venv", str(target)], "pip install")
     _run([str(target / "bin" / "python"), "-m", "pip", "install", "--no-input",
           "--disable-pip-version-check", "--no-warn-script-location", *packages],

@@ -27,8 +27,9 @@ Placeholders in ``command``, ``env`` and ``files``: ``{instruction}`` (the
 task), ``{model}`` (the model name the CLI is given), ``{base_url}`` (the
 gateway as the CLI sees it), ``{api_key}`` (the episode's token), ``{tool}``
 (where the installed program is mounted), ``{workdir}`` (the task directory)
-``{home}`` (the CLI's own writable home) and ``{turns}`` (the harness's turn budget,
-for a CLI's own step limit).
+``{home}`` (the CLI's own writable home), ``{turns}`` (the harness's turn budget,
+for a CLI's own step limit) and ``{files}`` (alone in a command-line element: one
+element per file of the task, for a CLI that is told which files to edit).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ AGENT_DEFAULTS: dict[str, Any] = {
     "expert_fence": "bash",
     "memory_mb": 4096,
     "processes": 256,
+    "can": [],  # what the CLI can do to a task (default: CAPABILITIES)
 }
 #: What an agent CLI in a sandbox can do to a task: run commands and change files (no
 #: browser: a web task cannot be expressed by one).
@@ -61,7 +63,10 @@ CAPABILITIES = frozenset({"shell", "submit", "edit", "write_file", "edit_lines",
 EXPERT_FORMATS = ("shell-tool", "bash-block", "search-replace")
 #: Placeholders the command line, the environment and config files may use.
 PLACEHOLDERS = ("instruction", "model", "base_url", "api_key", "tool", "workdir", "home",
-                "turns")
+                "turns", "files")
+#: ``{files}``, alone in a command-line element, becomes one element per file of the task
+#: (what a CLI like Aider is told to work on); elsewhere it is not allowed.
+FILES = "{files}"
 _INSTALLERS = ("pip", "npm")
 _PACKAGE = re.compile(r"^[A-Za-z0-9@/._\-\[\],]+(==|@)[A-Za-z0-9._\-+]+$")
 
@@ -85,14 +90,18 @@ def check_agent(raw: Any, where: str) -> dict[str, Any]:
         if not isinstance(a[key], str) or not a[key].strip():
             raise HarnessError(f"{key} must be a non-empty string", f"{w}.{key}",
                                'e.g. cli = "aider", version = "0.86.1"')
-    install = a["install"]
-    if not isinstance(install, dict) or len(install) != 1 or \
-            next(iter(install)) not in _INSTALLERS:
+    install = dict(a["install"]) if isinstance(a["install"], dict) else None
+    python = install.pop("python", None) if install is not None else None
+    if install is None or len(install) != 1 or next(iter(install)) not in _INSTALLERS:
         raise HarnessError("install must name one installer and its pinned packages",
                            f"{w}.install",
                            'e.g. install = { pip = ["aider-chat==0.86.1"] } or '
                            '{ npm = ["@qwen-code/qwen-code@0.24.4"] }')
     (installer, packages), = install.items()
+    if python is not None and (installer != "pip" or not isinstance(python, str)
+                               or not re.fullmatch(r"3\.\d+", python)):
+        raise HarnessError(f"python = {python!r}: a pip install may name the Python it needs",
+                           f"{w}.install.python", 'e.g. python = "3.12"')
     if isinstance(packages, str):
         packages = [packages]
     if not isinstance(packages, list) or not packages or not all(
@@ -100,21 +109,22 @@ def check_agent(raw: Any, where: str) -> dict[str, Any]:
         raise HarnessError(f"{installer} packages must be pinned (name==version for pip, "
                            "name@version for npm)", f"{w}.install.{installer}",
                            "pin every package: the version is part of the harness")
-    a["install"] = {installer: list(packages)}
+    a["install"] = {installer: list(packages), **({"python": python} if python else {})}
     command = a["command"]
     if not isinstance(command, list) or not command or not all(
             isinstance(c, str) for c in command):
         raise HarnessError("command must be a non-empty array of strings", f"{w}.command",
                            'e.g. command = ["{tool}/bin/mini", "--task", "{instruction}"]')
     for i, part in enumerate(command):
-        _check_template(part, f"{w}.command[{i}]")
+        if part != FILES:
+            _check_template(part, f"{w}.command[{i}]", files=False)
     for key in ("env", "files"):
         table = a[key]
         if not isinstance(table, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in table.items()):
             raise HarnessError(f"[agent.{key}] must map strings to strings", f"{w}.{key}")
         for k, v in table.items():
-            _check_template(v, f"{w}.{key}.{k}")
+            _check_template(v, f"{w}.{key}.{k}", files=False)
     for name in a["env"]:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise HarnessError(f"{name!r} is not an environment variable name", f"{w}.env")
@@ -126,6 +136,12 @@ def check_agent(raw: Any, where: str) -> dict[str, Any]:
     if a["expert"] and a["expert"] not in EXPERT_FORMATS:
         raise HarnessError(f"unknown expert format {a['expert']!r}", f"{w}.expert",
                            f"allowed: {', '.join(EXPERT_FORMATS)}")
+    can = a["can"]
+    if not isinstance(can, list) or not all(isinstance(c, str) for c in can) or \
+            not set(can) <= CAPABILITIES:
+        raise HarnessError(f"can = {can!r} names what an agent CLI cannot do", f"{w}.can",
+                           f"allowed: {', '.join(sorted(CAPABILITIES))}")
+    a["can"] = sorted(set(can)) or sorted(CAPABILITIES)
     for key, lo, hi in (("memory_mb", 256, 65536), ("processes", 16, 4096)):
         v = a[key]
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -134,14 +150,18 @@ def check_agent(raw: Any, where: str) -> dict[str, Any]:
     return a
 
 
-def _check_template(value: str, where: str) -> None:
-    names = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+def _check_template(value: str, where: str, *, files: bool) -> None:
+    names = ", ".join("{" + p + "}" for p in PLACEHOLDERS if files or p != "files")
     try:
         fields = [f for _, f, _, _ in string.Formatter().parse(value) if f is not None]
     except ValueError as e:
         raise HarnessError(f"bad template: {e}", where,
                            "write literal braces as {{ and }}") from None
     for f in fields:
+        if f == "files" and not files:
+            raise HarnessError("{files} must be a command-line element of its own", where,
+                               'e.g. command = ["aider", "--message", "{instruction}", '
+                               '"{files}"]')
         if f not in PLACEHOLDERS:
             raise HarnessError(f"unknown placeholder {{{f}}}", where,
                                f"allowed: {names}; write literal braces as {{{{ and }}}}")
@@ -150,3 +170,11 @@ def _check_template(value: str, where: str) -> None:
 def fill(template: str, values: dict[str, str]) -> str:
     """``template`` with its placeholders filled (checked by :func:`check_agent`)."""
     return template.format(**values)
+
+
+def fill_command(command: list[str], values: dict[str, str], files: list[str]) -> list[str]:
+    """The command line: each element filled, ``{files}`` expanded to ``files``."""
+    out: list[str] = []
+    for part in command:
+        out.extend(files if part == FILES else [fill(part, values)])
+    return out

@@ -36,7 +36,6 @@ from typing import Any
 
 from tackroom.core.errors import HarnessError
 from tackroom.harness import registry
-from tackroom.harness.agent import CAPABILITIES as AGENT_CAPABILITIES
 from tackroom.harness.agent import check_agent
 
 BUILTIN_DIR = Path(__file__).parent / "harnesses"
@@ -138,7 +137,7 @@ class HarnessSpec:
     def can_express(self, requires: frozenset[str]) -> bool:
         """Whether this harness can do everything a task requires."""
         if self.agent is not None:
-            return requires <= AGENT_CAPABILITIES
+            return requires <= frozenset(self.agent["can"])
         return self.interface.can_express(requires)
 
     @property

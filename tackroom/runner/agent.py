@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.agents.experts import AgentExpert
-from tackroom.agents.install import ensure_installed
+from tackroom.agents.install import ensure_installed, runtime_dir
 from tackroom.core.actions import RunAgent, Submit
 from tackroom.core.episode import Episode, Outcome
 from tackroom.core.errors import ConfigError, InfraError
 from tackroom.core.policy import Policy
 from tackroom.core.task import Environment, Expert, call_env
 from tackroom.gateway import ModelGateway, forward
-from tackroom.harness.agent import fill
+from tackroom.harness.agent import fill, fill_command
 
 #: The port forward.py listens on inside the sandbox (its own network namespace).
 SANDBOX_PORT = 4000
@@ -108,8 +108,10 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
                   "base_url": base_url, "api_key": route.token, "tool": str(tool),
                   "workdir": workdir, "home": HOME,
                   "turns": str(spec.harness.budget["turns"])}
-        argv = [fill(part, values) for part in agent["command"]]
+        argv = fill_command(agent["command"], values, _task_files(obs))
         ro_binds = {str(tool): str(tool)}
+        if (runtime := runtime_dir(tool)) is not None:  # e.g. a pyenv Python 3.12
+            ro_binds[runtime] = runtime
         if sandboxed:  # the sandbox has its own network: relay its loopback to the socket
             socket = str(gateway.unix_socket)
             argv = ["python3", _FORWARD, "--port", str(SANDBOX_PORT), "--socket", socket,
@@ -152,6 +154,13 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
     ep.outcome = Outcome.FAILURE
     ep.failure_mode = final.info.get("failure_mode") or (
         "no_model_calls" if not route.turns else None)
+
+
+def _task_files(obs: Any, limit: int = 200) -> list[str]:
+    """The task's files (relative paths) as its first observation lists them."""
+    files = (obs.extra or {}).get("files") or []
+    names = sorted(files) if isinstance(files, dict) else [str(f) for f in files]
+    return [n for n in names if not n.startswith(".")][:limit]
 
 
 def _tail(text: str, n: int = 400) -> str:

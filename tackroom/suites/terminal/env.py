@@ -90,7 +90,11 @@ class TerminalEnv:
         self._started = time.monotonic()
         names = sorted(p.name + ("/" if p.is_dir() else "") for p in self.workdir.iterdir())
         listing = "  ".join(names) if names else "(empty)"
-        return self._obs(f"Working directory: {self.td.workdir}\nFiles: {listing}\n")
+        obs = self._obs(f"Working directory: {self.td.workdir}\nFiles: {listing}\n")
+        # The task's files, for an agent CLI that is told which files to work on.
+        obs.extra["files"] = sorted(str(p.relative_to(self.workdir))
+                                    for p in self.workdir.rglob("*") if p.is_file())[:200]
+        return obs
 
     def _obs(self, text: str) -> Observation:
         lim = self.limits
