@@ -19,6 +19,7 @@ from tackroom.agents.install import ensure_installed
 from tackroom.core.policy import Sampling
 from tackroom.harness.spec import load_harness
 from tackroom.sandbox import sandbox_available
+from tackroom.serve import ServerThread
 from tackroom.suites.terminal import TerminalSuite
 from tackroom.testing import ScriptedOpenAIServer
 
@@ -116,20 +117,28 @@ def test_an_agent_cli_reaches_only_the_gateway(tmp_path):
     assert len(ep.turns) == 2  # and the gateway it did reach recorded both calls
 
 
-def test_token_ids_and_logprobs_of_every_call_are_recorded(tmp_path, tiny_chat_dir):
-    short = tmp_path / "mini-short.toml"
-    short.write_text('extends = "mini-swe-agent"\n[budget]\nturns = 2\nwall_seconds = 300\n')
-    run = tackroom.evaluate("terminal", tasks=["csv-column-sum"], harnesses=[str(short)],
-                            policies=[f"hf:{tiny_chat_dir}"], seeds=[0],
-                            sampling=Sampling(max_tokens=8, logprobs=True),
-                            store=tmp_path / "r.duckdb")
-    [ep] = run.load_episodes()
-    assert ep.outcome.value != "infra_error", ep.error
-    assert ep.turns, ep.meta.get("agent")
-    for turn in ep.turns:
-        assert turn.token_ids and len(turn.token_ids) == len(turn.logprobs) <= 8
-        assert turn.completion_tokens == len(turn.token_ids)
-        assert MINI_SYSTEM in turn.messages[0]["content"]
+def test_eval_through_tackroom_serve_records_token_ids_and_logprobs(tmp_path, tiny_chat_dir):
+    """``--policy openai:MODEL --base-url URL`` against ``tackroom serve``: the CLIs' calls go
+    gateway -> serve -> the local model; each is a turn with its token ids and log-probs."""
+    harnesses = []
+    for name in ("mini-swe-agent", "aider"):
+        short = tmp_path / f"{name}-short.toml"
+        short.write_text(f'extends = "{name}"\n[budget]\nturns = 2\nwall_seconds = 300\n')
+        harnesses.append(str(short))
+    with ServerThread(tiny_chat_dir) as srv:
+        run = tackroom.evaluate("code", tasks=["add-business-days"], harnesses=harnesses,
+                                policies=[f"openai:{srv.model_name}"], base_url=srv.base_url,
+                                seeds=[0], sampling=Sampling(max_tokens=8, logprobs=True),
+                                store=tmp_path / "r.duckdb")
+    episodes = run.load_episodes()
+    assert sorted(ep.harness for ep in episodes) == ["aider-short", "mini-swe-agent-short"]
+    for ep in episodes:
+        assert ep.outcome.value in ("failure", "timeout"), (ep.harness, ep.error)
+        assert ep.turns, ep.meta.get("agent")
+        for turn in ep.turns:
+            assert turn.token_ids and len(turn.token_ids) == len(turn.logprobs) <= 8
+            assert turn.completion_tokens == len(turn.token_ids)
+            assert turn.messages[0]["role"] == "system"
 
 
 def test_a_cli_that_crashes_on_start_is_an_infra_error_with_its_output(tmp_path):
