@@ -21,6 +21,8 @@ every variant alike:
    calls/s through the gateway vs ``asyncio.gather`` of direct calls.
 
 Usage: .venv/bin/python bench/gateway.py [--calls 500] [--rounds 5] [--clients 8]
+
+The start-up of each agent CLI in the sandbox behind the gateway is bench/agents.py's.
 """
 
 from __future__ import annotations

@@ -142,6 +142,8 @@ class Route:
     errors: list[dict[str, Any]] = field(default_factory=list)
     closed: bool = False
     opened_at: float = field(default_factory=time.time)
+    #: When the first call arrived (``time.time()``; ``None`` before): a CLI's start-up.
+    first_call_at: float | None = None
     #: Answers this route's calls instead of the gateway's policy (an agent harness's
     #: scripted expert, which knows its episode's task), when set.
     policy: Any = field(default=None, repr=False)
@@ -409,6 +411,8 @@ class ModelGateway:
         return Reply(200, dumps(entry))
 
     async def _chat(self, route: Route, body: bytes) -> Reply:
+        if route.first_call_at is None:
+            route.first_call_at = time.time()
         call = parse_chat(loads(body))
         request = PolicyRequest(messages=call.messages, tools=call.tools,
                                 sampling=route.sampling)

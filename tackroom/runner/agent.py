@@ -24,6 +24,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,10 +125,14 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
                           files={k: fill(v, values) for k, v in agent["files"].items()},
                           timeout_s=float(spec.harness.budget["wall_seconds"]) or 600.0,
                           memory_mb=agent["memory_mb"], processes=agent["processes"])
+        started = time.time()
         ran = await call_env(env, env.step, action)
         info = ran.info.get("agent", {})
+        # Start-up: from the sandbox's start to the CLI's first model call.
+        startup = None if route.first_call_at is None else round(route.first_call_at - started, 3)
         ep.meta["agent"] = {**info, "cli": agent["cli"], "version": agent["version"],
-                            "calls": len(route.turns), "backend_errors": route.errors}
+                            "calls": len(route.turns), "startup_s": startup,
+                            "backend_errors": route.errors}
         final = await call_env(env, env.step, Submit())
     finally:
         gateway.close_episode(route.token)
