@@ -177,15 +177,22 @@ def _number(body: dict[str, Any], key: str, default: Any, *, lo: float | None = 
     return value
 
 
-def _check_message(i: int, m: Any) -> None:
-    """Refuse a message the chat template would render wrongly or silently shorten."""
+def message_role(i: int, m: Any, roles: tuple[str, ...] = ROLES) -> str:
+    """The role of ``messages[i]``, or a 400 naming the message and the roles allowed."""
     where = f"messages[{i}]"
     if not isinstance(m, dict) or not isinstance(m.get("role"), str):
         raise ApiError(400, f"{where} must be an object with a string 'role'", param=where)
     role = m["role"]
-    if role not in ROLES:
+    if role not in roles:
         raise ApiError(400, f"{where} has role {json.dumps(role)[:40]}; the roles are "
-                            f"{', '.join(ROLES)}", param=where)
+                            f"{', '.join(roles)}", param=where)
+    return role
+
+
+def _check_message(i: int, m: Any) -> None:
+    """Refuse a message the chat template would render wrongly or silently shorten."""
+    where = f"messages[{i}]"
+    message_role(i, m)
     content = m.get("content")
     if content is None or isinstance(content, str):
         return

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tackroom.core.policy import PolicyResponse, ToolCall
-from tackroom.serve import ApiError
+from tackroom.serve import ApiError, message_role
 
 __all__ = ["ChatCall", "completion_body", "fixed_calls", "parse_chat", "sse_events"]
 
@@ -125,12 +125,7 @@ def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
 
 def _message(i: int, m: Any) -> dict[str, Any]:
     where = f"messages[{i}]"
-    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-        raise ApiError(400, f"{where} must be an object with a string 'role'", param=where)
-    role = m["role"]
-    if role not in ROLES:
-        raise ApiError(400, f"{where} has role {json.dumps(role)[:40]}; the roles are "
-                            f"{', '.join(ROLES)}", param=where)
+    role = message_role(i, m, ROLES)
     out: dict[str, Any] = {"role": "system" if role == "developer" else role,
                            "content": _text_of(m.get("content"), where)}
     for key in _MESSAGE_KEYS:
