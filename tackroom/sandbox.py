@@ -175,7 +175,9 @@ def _system_binds() -> list[str]:
 def _parents(paths: list[str]) -> list[str]:
     """The directories above ``paths`` that the sandbox's root does not have yet, outermost
     first (``/opt/a/b`` -> ``/opt``, ``/opt/a``)."""
-    mounted = ("/usr", "/etc", "/tmp", "/proc", "/dev", TASK_PATH)  # exist, with their modes
+    # These exist in the sandbox with their own modes; /tmp is a fresh tmpfs, so what is
+    # mounted below it (a cache under /tmp) needs its parents made like anywhere else.
+    mounted = ("/usr", "/etc", "/proc", "/dev", TASK_PATH)
     out: list[str] = []
     for path in paths:
         parts = Path(path).parts[1:-1]

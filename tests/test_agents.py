@@ -11,6 +11,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import free_port
 
@@ -18,10 +19,13 @@ import tackroom
 from tackroom.agents.install import ensure_installed
 from tackroom.core.policy import Sampling
 from tackroom.harness.spec import load_harness
+from tackroom.records.store import RecordStore
 from tackroom.sandbox import sandbox_available
 from tackroom.serve import ServerThread
 from tackroom.suites.terminal import TerminalSuite
 from tackroom.testing import ScriptedOpenAIServer
+from tackroom.train.config import RLConfig
+from tackroom.train.export import export_groups
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="needs bubblewrap"),
               pytest.mark.slow]
@@ -117,9 +121,12 @@ def test_an_agent_cli_reaches_only_the_gateway(tmp_path):
     assert len(ep.turns) == 2  # and the gateway it did reach recorded both calls
 
 
-def test_eval_through_tackroom_serve_records_token_ids_and_logprobs(tmp_path, tiny_chat_dir):
+def test_eval_through_tackroom_serve_records_token_ids_and_logprobs(tmp_path, tiny_chat_dir,
+                                                                  monkeypatch):
     """``--policy openai:MODEL --base-url URL`` against ``tackroom serve``: the CLIs' calls go
-    gateway -> serve -> the local model; each is a turn with its token ids and log-probs."""
+    gateway -> serve -> the local model; each is a turn with its token ids and log-probs, and
+    the records export for training across both real harnesses with the CLIs' own tools."""
+    monkeypatch.setenv("TACKROOM_HARNESS_PATH", str(tmp_path))  # the variants, by name
     harnesses = []
     for name in ("mini-swe-agent", "aider"):
         short = tmp_path / f"{name}-short.toml"
@@ -139,6 +146,19 @@ def test_eval_through_tackroom_serve_records_token_ids_and_logprobs(tmp_path, ti
             assert turn.token_ids and len(turn.token_ids) == len(turn.logprobs) <= 8
             assert turn.completion_tokens == len(turn.token_ids)
             assert turn.messages[0]["role"] == "system"
+    with RecordStore(tmp_path / "r.duckdb") as store:
+        out = export_groups(store, tmp_path / "groups", RLConfig(group="cross"),
+                            runs=[run.id])
+    assert out.episodes == 2 and out.groups == 1  # cross: one group over both harnesses
+    rows = pq.read_table(out.files["trl"]).to_pylist()
+    assert rows and all(r["group"] == rows[0]["group"] for r in rows)
+    # Each row offers the tools its CLI offered (no harness file holds them): recorded
+    # with the episode, e.g. mini-swe-agent's one bash tool; Aider has none.
+    recorded = {ep.harness: ep.meta["agent"]["tools"] for ep in episodes}
+    assert [t["function"]["name"] for t in recorded["mini-swe-agent-short"]] == ["bash"]
+    assert recorded["aider-short"] is None
+    for r in rows:
+        assert json.loads(r["tools"]) == (recorded[r["harness"]] or [])
 
 
 def test_a_cli_that_crashes_on_start_is_an_infra_error_with_its_output(tmp_path):

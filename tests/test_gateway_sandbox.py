@@ -137,3 +137,25 @@ def test_a_gateway_that_is_gone_is_a_closed_connection_not_a_hang(tmp_path):
     finally:
         sock_dir.rmdir()
     assert res.exit_code == 0 and "FAILED" in res.stdout, res.output()
+
+
+def test_read_only_binds_are_reachable_by_the_sandbox_uid_wherever_they_are(tmp_path):
+    """Mount points' parents are made 0755 — also under the sandbox's own /tmp (a cache
+    under /tmp) — so the sandbox's uid reaches what is bound there."""
+    tool = Path(tempfile.mkdtemp(prefix="trk-tool-"))  # /tmp/trk-tool-XXXX, mode 0700
+    nested = tool / "deep" / "bin"
+    nested.mkdir(parents=True)
+    (nested / "hello").write_text("hello from the tool\n")
+    for p in (tool, tool / "deep", nested):
+        os.chmod(p, 0o755)
+    work = tmp_path / "task"
+    work.mkdir()
+    try:
+        with Sandbox(work, Limits(), ro_binds={str(nested): nested,
+                                               "/opt/x/y/hello": nested / "hello"}) as box:
+            res = box.run(f"cat {nested}/hello /opt/x/y/hello")
+    finally:
+        (nested / "hello").unlink()
+        for p in (nested, tool / "deep", tool):
+            p.rmdir()
+    assert res.exit_code == 0 and res.stdout.count("hello from the tool") == 2, res.output()

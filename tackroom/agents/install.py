@@ -63,7 +63,7 @@ def ensure_installed(agent: dict[str, Any], *, log: Any = None) -> Path:
     if (target / DONE).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(target.with_suffix(".lock")):
+    with _locked(target.parent / f"{target.name}.lock"):
         if (target / DONE).is_file():  # another process installed it while we waited
             return target
         spec = dict(agent["install"])

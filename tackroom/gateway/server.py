@@ -139,6 +139,8 @@ class Route:
     model: str = DEFAULT_MODEL_NAME
     turns: list[Turn] = field(default_factory=list)
     requested: list[dict[str, Any]] = field(default_factory=list)
+    #: ``tools[i]``: the tool schemas call ``i`` offered (a CLI's own; ``None``: none).
+    tools: list[list[dict[str, Any]] | None] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
     closed: bool = False
     opened_at: float = field(default_factory=time.time)
@@ -436,6 +438,7 @@ class ModelGateway:
             token_ids=response.token_ids, logprobs=response.logprobs,
             adapter=response.adapter, t_policy=t_policy))
         route.requested.append(call.requested)
+        route.tools.append(call.tools)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if call.stream:
             chunks = stream_chunks(response, calls, call, model=self.model_name,

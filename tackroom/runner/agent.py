@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -133,6 +134,11 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
         ep.meta["agent"] = {**info, "cli": agent["cli"], "version": agent["version"],
                             "calls": len(route.turns), "startup_s": startup,
                             "backend_errors": route.errors}
+        # The CLI's tools, which no harness file holds: training on these records needs them.
+        distinct = {json.dumps(t, sort_keys=True) for t in route.tools}
+        ep.meta["agent"]["tools"] = route.tools[0] if route.tools else None
+        if len(distinct) > 1:
+            ep.meta["agent"]["tools_per_call"] = route.tools
         final = await call_env(env, env.step, Submit())
     finally:
         gateway.close_episode(route.token)

@@ -116,7 +116,7 @@ def export_groups(store: RecordStore, out_dir: str | Path, cfg: RLConfig | None 
     Infra-error episodes are left out (never scored).
     """
     from tackroom.train.advantages import advantages_from_config
-    from tackroom.train.sft import harness_tools
+    from tackroom.train.sft import episode_tools, harness_tools
 
     cfg = cfg or RLConfig()
     bad = [f for f in formats if f not in FORMATS]
@@ -132,19 +132,20 @@ def export_groups(store: RecordStore, out_dir: str | Path, cfg: RLConfig | None 
         raise ConfigError("no scored episodes match the selection", "export-groups",
                           "check the run ids (`tackroom runs`) and the filters")
     adv = advantages_from_config([episode_sample(e, cfg.reward) for e in episodes], cfg)
-    tools: dict[tuple[str, str], str] = {}
+    tools: dict[tuple[str, str], Any] = {}
     verl_rows: list[dict[str, Any]] = []
     trl_rows: list[dict[str, Any]] = []
     for k, ep in enumerate(episodes):
         key = (ep.harness, ep.harness_hash)
         if key not in tools:
-            tools[key] = json.dumps(harness_tools(*key) or [])
+            tools[key] = harness_tools(*key)
         group = str(adv.groups[adv.group_index[k]])
         for turn in ep.turns:
             if not (turn.raw_text or turn.tool_calls):
                 continue
             prompt = [_text_message(m) for m in turn.messages]
             response = reply_text(turn)
+            offered = json.dumps(episode_tools(ep, tools[key], turn.index) or [])
             common = {"run_id": ep.run_id, "episode_id": ep.episode_id, "task": ep.task,
                       "harness": ep.harness, "seed": int(ep.seed), "turn": int(turn.index),
                       "group": group, "reward": episode_reward(ep, cfg.reward),
@@ -156,11 +157,11 @@ def export_groups(store: RecordStore, out_dir: str | Path, cfg: RLConfig | None 
                 "extra_info": {**common, "index": len(verl_rows), "split": "train",
                                "suite": ep.suite, "harness_hash": ep.harness_hash,
                                "outcome": ep.outcome.value, "response": response,
-                               "tools": tools[key], "policy": ep.policy,
+                               "tools": offered, "policy": ep.policy,
                                "adapter": turn.adapter}})
             trl_rows.append({**common, "prompt": prompt,
                              "completion": [{"role": "assistant", "content": response}],
-                             "tools": tools[key]})
+                             "tools": offered})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}

@@ -26,7 +26,7 @@ from tackroom.core.episode import Episode, Outcome
 from tackroom.core.errors import ConfigError
 from tackroom.records.store import RecordStore
 from tackroom.train.samples import usable_logprobs
-from tackroom.train.sft import Selection, harness_tools
+from tackroom.train.sft import Selection, episode_tools, harness_tools
 
 
 @dataclass
@@ -138,8 +138,8 @@ class RecordSource:
             self._cache.clear()
         return episodes
 
-    def tools_for(self, ep: Episode) -> list[dict[str, Any]] | None:
-        return self.tools[(ep.harness, ep.harness_hash)]
+    def tools_for(self, ep: Episode, turn: int = 0) -> list[dict[str, Any]] | None:
+        return episode_tools(ep, self.tools[(ep.harness, ep.harness_hash)], turn)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.bounds import check_number
-from tackroom.core.episode import Outcome, Turn
+from tackroom.core.episode import Episode, Outcome, Turn
 from tackroom.core.errors import ConfigError
 from tackroom.policies.chat_format import model_dir_problem
 from tackroom.records.store import RecordStore
@@ -163,12 +163,27 @@ def harness_tools(name: str, recorded_hash: str) -> list[dict[str, Any]] | None:
     from tackroom.harness.spec import load_harness
 
     spec = load_harness(name)
+    if spec.agent is not None:  # a CLI's own tools: recorded with each episode instead
+        return None
     if recorded_hash and spec.hash != recorded_hash:
         raise ConfigError(
             f"harness {name!r} changed since these episodes were recorded "
             f"(recorded {recorded_hash}, now {spec.hash})", "--harness",
             "restore the harness file that recorded them, or select other runs")
     return spec.parser.tools(spec.interface)
+
+
+def episode_tools(ep: Episode, harness_level: list[dict[str, Any]] | None, turn: int = 0
+                  ) -> list[dict[str, Any]] | None:
+    """The tools the model was offered in ``ep``'s turn ``turn``: an agent CLI's own, as its
+    episode recorded them (``meta.agent``), or the harness's (``harness_level``)."""
+    agent = ep.meta.get("agent") if isinstance(ep.meta, dict) else None
+    if isinstance(agent, dict) and "tools" in agent:
+        per_call = agent.get("tools_per_call")
+        if isinstance(per_call, list) and turn < len(per_call):
+            return per_call[turn]
+        return agent["tools"]
+    return harness_level
 
 
 def build_dataset(store: RecordStore, selection: Selection, tokenizer: Any, *,
@@ -197,7 +212,7 @@ def build_dataset(store: RecordStore, selection: Selection, tokenizer: Any, *,
                 skipped["no_reply"] += 1
                 continue
             ids, labels = encode_turn(tokenizer, turn.messages, reply_message(turn),
-                                      tools_by_harness[key])
+                                      episode_tools(ep, tools_by_harness[key], turn.index))
             if max_length and len(ids) > max_length:
                 skipped["too_long"] += 1
                 continue
