@@ -81,16 +81,11 @@ class Gateways:
             self._dir = None
 
 
-def install(agent: dict[str, Any]) -> Path:
-    """The agent's CLI, installed (once, into the cache); see :mod:`tackroom.agents.install`."""
-    return ensure_installed(agent)
-
-
 async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | None,
                      gateways: Gateways) -> None:
     """Run one agent-harness episode into ``ep`` (its turns, outcome, ``meta["agent"]``)."""
     agent = spec.harness.agent
-    tool = await asyncio.to_thread(install, agent)
+    tool = await asyncio.to_thread(ensure_installed, agent)
     obs = await call_env(env, env.reset, spec.seed)
     ep.instruction = obs.instruction
     route_policy = None

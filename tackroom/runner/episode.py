@@ -16,6 +16,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
+from tackroom.agents.install import ensure_installed
 from tackroom.core.episode import Episode, Outcome, Turn, episode_id
 from tackroom.core.errors import (
     ActionError,
@@ -28,7 +29,7 @@ from tackroom.core.policy import ExpertView, Policy, PolicyRequest, PolicyRespon
 from tackroom.core.task import Environment, EnvironmentPool, Expert, Task, call_env
 from tackroom.harness.session import HarnessSession
 from tackroom.harness.spec import HarnessSpec
-from tackroom.runner.agent import GRACE_S, Gateways, agent_loop, install
+from tackroom.runner.agent import GRACE_S, Gateways, agent_loop
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ async def run_episode(spec: EpisodeSpec, pool: EnvironmentPool, run_id: str,
         if h.agent is not None:
             # Installed before the clock starts (the first time on a machine takes minutes);
             # the CLI's own time is the wall budget, reset and verifier get a grace.
-            await asyncio.to_thread(install, h.agent)
+            await asyncio.to_thread(ensure_installed, h.agent)
             wall = wall + GRACE_S if wall else None
         async with asyncio.timeout(wall):
             async with pool.acquire(spec.task) as env:
