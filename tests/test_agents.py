@@ -159,7 +159,9 @@ def test_eval_through_tackroom_serve_records_token_ids_and_logprobs(tmp_path, ti
     episodes = run.load_episodes()
     assert sorted(ep.harness for ep in episodes) == ["aider-short", "mini-swe-agent-short"]
     for ep in episodes:
-        assert ep.outcome.value in ("failure", "timeout"), (ep.harness, ep.error)
+        # Two turns of a random model: it fails, or uses both turns (the gateway refuses more).
+        assert ep.outcome.value in ("failure", "timeout", "budget_exhausted"), (ep.harness,
+                                                                                ep.error)
         assert ep.turns, ep.meta.get("agent")
         for turn in ep.turns:
             assert turn.token_ids and len(turn.token_ids) == len(turn.logprobs) <= 8

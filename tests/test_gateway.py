@@ -479,6 +479,78 @@ async def test_backend_failures_are_json_5xx_and_recorded():
     assert len(route.turns) == 1 and route.turns[0].raw_text == "back"
 
 
+class GatedPolicy:
+    """Answers "ok", each call only once the test lets it (to hold a call in flight)."""
+
+    id = "gated"
+
+    def __init__(self) -> None:
+        self.gates: list[asyncio.Event] = []
+        self.calls = 0
+
+    async def act(self, request):
+        from tackroom.core.policy import PolicyResponse
+
+        self.calls += 1
+        n, gate = self.calls, asyncio.Event()
+        self.gates.append(gate)
+        await gate.wait()
+        return PolicyResponse(text=f"ok {n}")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_route_answers_its_turn_budget_and_refuses_the_call_past_it():
+    """``max_turns``: the calls answered and in flight count; the next is a 400 the SDK does
+    not retry, never reaches the policy, is not a turn and not a backend error."""
+    from tackroom.gateway.server import BUDGET_STATUS
+
+    policy = GatedPolicy()
+    async with ModelGateway(policy) as gw:
+        route = gw.open_episode(RUN, max_turns=2)
+        free = gw.open_episode(RUN)
+        # SDK retries on: a refusal must be final all the same (one request, refused once).
+        async with openai.AsyncOpenAI(base_url=route.base_url, api_key=route.token,
+                                      max_retries=2, timeout=WAIT) as c:
+            first = asyncio.create_task(c.chat.completions.create(model="m", messages=HELLO))
+            for _ in range(int(WAIT * 100)):  # until the first call is in flight
+                if route.pending:
+                    break
+                await asyncio.sleep(0.01)
+            assert route.pending == 1 and not route.exhausted
+            second = asyncio.create_task(c.chat.completions.create(model="m", messages=HELLO))
+            for _ in range(int(WAIT * 100)):
+                if route.pending == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert route.exhausted  # two in flight: the budget is taken
+            with pytest.raises(openai.BadRequestError) as e:  # a third, while both wait
+                await c.chat.completions.create(model="m", messages=HELLO, stream=True)
+            assert e.value.status_code == BUDGET_STATUS and e.value.code == "budget_exhausted"
+            assert "turn budget of 2" in e.value.message
+            for gate in policy.gates:
+                gate.set()
+            assert {(await t).choices[0].message.content for t in (first, second)} == \
+                {"ok 1", "ok 2"}
+            with pytest.raises(openai.BadRequestError):
+                await c.chat.completions.create(model="m", messages=HELLO)
+        assert len(route.turns) == 2 and route.refused == 2 and route.errors == []
+        assert policy.calls == 2  # the refused calls never reached the policy
+        # Another route has its own budget (none here).
+        async with client(free) as c:
+            task = asyncio.create_task(c.chat.completions.create(model="m", messages=HELLO))
+            for _ in range(int(WAIT * 100)):
+                if policy.calls == 3:
+                    break
+                await asyncio.sleep(0.01)
+            policy.gates[-1].set()
+            assert (await task).choices[0].message.content == "ok 3"
+        assert not free.exhausted and free.refused == 0
+        with pytest.raises(ConfigError):
+            gw.open_episode(RUN, max_turns=0)
+
+
 # ------------------------------------------------------------ unix socket
 async def test_a_unix_socket_request_is_recorded_like_a_tcp_one():
     with tempfile.TemporaryDirectory(dir="/tmp", prefix="gw") as d:

@@ -46,6 +46,12 @@ Choices, and why:
   Server-Sent Events whose deltas concatenate to exactly the non-streaming reply
   (text, tool calls with ids, finish reason; a usage chunk when
   ``stream_options.include_usage``).
+* **A turn budget per route**: ``open_episode(..., max_turns=N)`` answers N
+  calls (those in flight count) and refuses every later one with a 400, code
+  ``budget_exhausted`` — an error no client library retries (more than once),
+  so a CLI that has no turn limit of its own, or ignores it, ends its run
+  there. Refused calls never reach the policy and are counted in
+  ``route.refused``, not in ``route.errors``.
 * **Token ids and log-probs** are recorded whenever the backend gives them, and
   sent when the client asks ``logprobs`` (each token written ``token_id:N``, as
   vLLM's ``--return-tokens-as-token-ids`` does) or ``return_token_ids``.
@@ -102,7 +108,7 @@ from tackroom.gateway.wire import (
 )
 from tackroom.serve import MAX_BODY, READ_TIMEOUT, ApiError
 
-__all__ = ["DEFAULT_MODEL_NAME", "ModelGateway", "Route"]
+__all__ = ["BUDGET_STATUS", "DEFAULT_MODEL_NAME", "BudgetExhausted", "ModelGateway", "Route"]
 
 log = logging.getLogger("tackroom.gateway")
 
@@ -116,6 +122,8 @@ MAX_BUFFERED = 256 * 2**20
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 _MODELS_PATHS = ("/v1/models", "/models")
 _HEALTH_PATHS = ("/health", "/v1/health")
+#: The status of a call refused because its route's turn budget is used up.
+BUDGET_STATUS = 400
 
 
 def _digest(token: str) -> bytes:
@@ -149,6 +157,18 @@ class Route:
     #: Answers this route's calls instead of the gateway's policy (an agent harness's
     #: scripted expert, which knows its episode's task), when set.
     policy: Any = field(default=None, repr=False)
+    #: Model calls this route answers at most (the harness's ``[budget] turns``); a call
+    #: past it is refused (see :data:`BUDGET_STATUS`) and counted in ``refused``.
+    max_turns: int | None = None
+    #: Calls refused because ``max_turns`` were used (the CLI asked for more).
+    refused: int = 0
+    #: Calls being answered now (they count against ``max_turns`` while in flight).
+    pending: int = field(default=0, repr=False)
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the turn budget is used up: ``max_turns`` calls answered or in flight."""
+        return self.max_turns is not None and len(self.turns) + self.pending >= self.max_turns
 
     def env(self) -> dict[str, str]:
         """Environment variables that point an OpenAI-SDK-based CLI at this route."""
@@ -279,14 +299,19 @@ class ModelGateway:
 
     # ---------------------------------------------------------------- routes
     def open_episode(self, sampling: Sampling, *, label: str = "",
-                     policy: Policy | None = None) -> Route:
+                     policy: Policy | None = None, max_turns: int | None = None) -> Route:
         """A new route: its token and base URL go to the CLI, its turns fill as it calls.
 
-        ``policy`` answers this route's calls instead of the gateway's own.
+        ``policy`` answers this route's calls instead of the gateway's own;
+        ``max_turns`` caps the calls it answers (later ones are refused).
         """
+        if max_turns is not None and (isinstance(max_turns, bool) or int(max_turns) < 1):
+            raise ConfigError(f"max_turns = {max_turns!r}", "gateway",
+                              "give a positive number of model calls, or None")
         token = secrets.token_urlsafe(32)
         route = Route(token=token, base_url=self.base_url, sampling=sampling, label=label,
-                      model=self.model_name, policy=policy)
+                      model=self.model_name, policy=policy,
+                      max_turns=None if max_turns is None else int(max_turns))
         self._routes[_digest(token)] = route
         return route
 
@@ -416,15 +441,21 @@ class ModelGateway:
         if route.first_call_at is None:
             route.first_call_at = time.time()
         call = parse_chat(loads(body))
+        if route.exhausted:
+            route.refused += 1
+            raise BudgetExhausted(route.max_turns or 0)
         request = PolicyRequest(messages=call.messages, tools=call.tools,
                                 sampling=route.sampling)
         t0 = time.perf_counter()
+        route.pending += 1
         try:
             response = await (route.policy or self.policy).act(request)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - a backend failure is the backend's, not ours
             raise self._failed(route, call, e, time.perf_counter() - t0) from None
+        finally:
+            route.pending -= 1
         t_policy = time.perf_counter() - t0
         if route.closed:
             raise ApiError(401, "this episode's route was closed while the model answered",
@@ -469,6 +500,24 @@ class ModelGateway:
                              "message": line[:2000], "t_policy": t_policy,
                              "after_turn": len(route.turns), "requested": call.requested})
         return err
+
+
+class BudgetExhausted(ApiError):
+    """The refusal of a call past its route's ``max_turns``: final, not to be retried.
+
+    A 400 (``invalid_request_error``, code ``budget_exhausted``): what every
+    client library treats as final. OpenAI's SDKs retry 408/409/429/5xx, and
+    litellm (under mini-swe-agent, Aider and OpenHands) maps the other statuses
+    it has no class for — 403 and 402 among them — to a generic ``APIError``
+    that Aider retries for a minute; a 400 is a ``BadRequestError``, which none
+    of the shipped CLIs retries more than once. The message names no context
+    length (a CLI would compact its history and call again).
+    """
+
+    def __init__(self, max_turns: int) -> None:
+        super().__init__(BUDGET_STATUS, f"this episode's turn budget of {max_turns} model "
+                                        "call(s) is used up; stop here",
+                         code="budget_exhausted")
 
 
 def _allowed(path: str) -> tuple[str, ...] | None:

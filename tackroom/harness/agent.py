@@ -28,7 +28,8 @@ task), ``{model}`` (the model name the CLI is given), ``{base_url}`` (the
 gateway as the CLI sees it), ``{api_key}`` (the episode's token), ``{tool}``
 (where the installed program is mounted), ``{workdir}`` (the task directory)
 ``{home}`` (the CLI's own writable home), ``{turns}`` (the harness's turn budget,
-for a CLI's own step limit) and ``{files}`` (alone in a command-line element: one
+for a CLI's own step limit; the gateway enforces it in any case, refusing the
+model call past it) and ``{files}`` (alone in a command-line element: one
 element per file of the task, for a CLI that is told which files to edit).
 """
 

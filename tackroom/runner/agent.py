@@ -5,7 +5,9 @@ gateway is opened (a token of its own; the scripted expert's replies when the
 policy is ``expert``); the CLI runs in the task's sandbox
 (:class:`~tackroom.core.actions.RunAgent`), reaching the gateway only through
 its Unix socket and ``tackroom/gateway/forward.py``; then ``Submit`` runs the
-task's verifier. Every model call the CLI made is a turn of the episode.
+task's verifier — always, however the CLI ended (Terminal-Bench's rule: the
+tests run even when the agent stops on its budget or its time). Every model
+call the CLI made is a turn of the episode.
 
 Outcomes beyond the verifier's verdict:
 
@@ -14,6 +16,9 @@ Outcomes beyond the verifier's verdict:
 * the backend failed under it (the gateway answered 5xx) and the task was not
   solved: ``infra_error``;
 * the CLI ran out of time and the task was not solved: ``timeout``;
+* the CLI used its turn budget (``[budget] turns`` model calls: the gateway
+  refuses the call past it, whatever the CLI; a CLI's own step limit may stop
+  it first) and the task was not solved: ``budget_exhausted``;
 * the CLI never called the model: failure mode ``no_model_calls``.
 """
 
@@ -96,7 +101,10 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
         route_policy = AgentExpert(expert(obs, {}), agent["expert"] or "shell-tool",
                                    agent["expert_submit"], agent["expert_fence"])
     gateway = await gateways.get(spec.policy)
-    route = gateway.open_episode(spec.sampling, label=ep.episode_id, policy=route_policy)
+    # The turn budget, enforced at the gateway whatever the CLI: the call past it is refused.
+    turns = int(spec.harness.budget["turns"])
+    route = gateway.open_episode(spec.sampling, label=ep.episode_id, policy=route_policy,
+                                 max_turns=turns)
     try:
         sandboxed = not getattr(env, "unsafe_local", False)
         base_url = f"http://127.0.0.1:{SANDBOX_PORT}/v1" if sandboxed else gateway.base_url
@@ -104,7 +112,7 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
         values = {"instruction": obs.instruction, "model": agent["model"],
                   "base_url": base_url, "api_key": route.token, "tool": str(tool),
                   "workdir": workdir, "home": HOME,
-                  "turns": str(spec.harness.budget["turns"])}
+                  "turns": str(turns)}
         argv = fill_command(agent["command"], values, _task_files(obs))
         ro_binds = {str(tool): str(tool)}
         if (runtime := runtime_dir(tool)) is not None:  # e.g. a pyenv Python 3.12
@@ -128,7 +136,7 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
         startup = None if route.first_call_at is None else round(route.first_call_at - started, 3)
         ep.meta["agent"] = {**info, "cli": agent["cli"], "version": agent["version"],
                             "calls": len(route.turns), "startup_s": startup,
-                            "backend_errors": route.errors}
+                            "backend_errors": route.errors, "refused_calls": route.refused}
         # The CLI's tools, which no harness file holds: training on these records needs them.
         distinct = {json.dumps(t, sort_keys=True) for t in route.tools}
         ep.meta["agent"]["tools"] = route.tools[0] if route.tools else None
@@ -156,6 +164,12 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
                          "check the model server; --resume retries the episode")
     if info.get("timed_out"):
         ep.outcome, ep.error = Outcome.TIMEOUT, f"{agent['cli']} ran out of time"
+        return
+    if route.refused or len(route.turns) >= turns:
+        # It used every call of its budget: the gateway refused it more, or the CLI's own
+        # step limit (given as {turns}) stopped it. The verifier has run all the same.
+        ep.outcome = Outcome.BUDGET_EXHAUSTED
+        ep.error = f"turn budget of {turns} model call(s) used"
         return
     ep.outcome = Outcome.FAILURE
     ep.failure_mode = final.info.get("failure_mode") or (

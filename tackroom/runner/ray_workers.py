@@ -10,7 +10,13 @@ a few :class:`RolloutWorker` actors. Each actor owns
   ``replay``) are sent as they are; the others (``openai:``, ``hf:``) are
   rebuilt on the actor from their spec string, because HTTP clients and
   model weights do not travel — and a checkpoint is better loaded where it
-  runs.
+  runs;
+* its own model gateways (:class:`~tackroom.runner.agent.Gateways`, one per
+  policy) for agent harnesses: the CLIs an actor runs in its sandboxes reach
+  a gateway in the actor's process over its Unix socket, in front of the
+  actor's instance of the policy. The CLIs come from the node's install cache
+  (``~/.cache/tackroom/agents``; installed once under its lock, whichever
+  process asks first).
 
 An actor runs the ordinary episode loop (:func:`~tackroom.runner.episode.run_episode`)
 and returns each finished :class:`~tackroom.core.episode.Episode` to the
@@ -45,6 +51,7 @@ from tackroom.core.errors import ConfigError, PolicyError, TackroomError
 from tackroom.core.policy import Policy, Sampling
 from tackroom.core.task import Expert, Suite, Task
 from tackroom.harness.spec import HarnessSpec
+from tackroom.runner.agent import Gateways
 from tackroom.runner.episode import EpisodeSpec, run_episode
 
 __all__ = ["RayExecutor", "RolloutWorker", "PolicyRecipe", "check_ray", "connect",
@@ -202,6 +209,8 @@ class RolloutWorker:
         self.pool: Any = None
         self.policies: list[Policy] = []
         self.experts: dict[str, Expert | None] = {}
+        #: Agent harnesses' model gateways, one per policy, in this process (made on first use).
+        self.gateways: Gateways | None = None
         self._lock = asyncio.Lock()
 
     async def _ensure_setup(self) -> None:
@@ -212,6 +221,7 @@ class RolloutWorker:
                 policies = [r.build() for r in self.recipes]
                 self.pool = self.suite.pool(self.slots)
                 self.policies = policies
+                self.gateways = Gateways()
 
     async def setup(self) -> list[str] | tuple[str, str, str, str]:
         """Build pool and policies; their ids (to check against the driver's) or the error."""
@@ -234,13 +244,16 @@ class RolloutWorker:
         cell = EpisodeSpec(job.task, job.harness, self.policies[job.policy], job.seed,
                            job.sampling, job.attempt)
         try:
-            return _Result(await run_episode(cell, self.pool, job.run_id, self.experts[key]))
+            return _Result(await run_episode(cell, self.pool, job.run_id, self.experts[key],
+                                             self.gateways))
         except PolicyError as e:
             ep = e.episode if isinstance(e.episode, Episode) else None
             return _Result(ep, _pack(e))
 
     async def close(self) -> None:
-        """Close the pool (browsers) and the policies (connections)."""
+        """Close the gateways, the pool (browsers) and the policies (connections)."""
+        if self.gateways is not None:
+            await self.gateways.aclose()
         if self.pool is not None:
             await self.pool.aclose()
         for p in self.policies:

@@ -4,7 +4,8 @@ One loop, read top to bottom in :meth:`_Trainer.run`:
 
 1. **Data** — an *iteration* gathers ``optim.grad_accum`` rollout batches:
    online (the current policy plays ``group_size`` episodes per (task,
-   harness) of ``tasks_per_step`` tasks; :mod:`tackroom.train.rollouts`) or
+   harness) of ``tasks_per_step`` tasks, under tackroom's harnesses or real agent
+   CLIs behind the model gateway; :mod:`tackroom.train.rollouts`) or
    frozen records from the store (:mod:`tackroom.train.offline`).
 2. **Samples** — each turn of each scored episode is a completion
    (:mod:`tackroom.train.samples`). Advantages: the episode's group advantage
@@ -36,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -181,7 +183,10 @@ class _Trainer:
             self.suite = get_suite(c.suite)
             self.tasks = select_tasks(self.suite, c.tasks, "data.tasks")
             self.harness_specs = [load_harness(h) for h in c.harnesses]
-            self.tools = {h.name: h.parser.tools(h.interface) for h in self.harness_specs}
+            # An agent harness's tools are its CLI's own, recorded with each episode
+            # (meta.agent.tools): no harness file holds them.
+            self.tools = {h.name: None if h.agent is not None else h.parser.tools(h.interface)
+                          for h in self.harness_specs}
             self.train_harnesses = [h.name for h in self.harness_specs]
             if self.ray:
                 from tackroom.runner.ray_workers import require_ray
@@ -409,10 +414,28 @@ class _Trainer:
 
         return asyncio.run(go())
 
-    def _tools_for(self, ep: Episode) -> Any:
+    def _tools_for(self, ep: Episode, turn: int = 0) -> Any:
+        """The tools ``ep``'s turn ``turn`` offered: the harness's, or an agent CLI's own."""
         if self.records is not None:
-            return self.records.tools_for(ep)
-        return self.tools[ep.harness]
+            return self.records.tools_for(ep, turn)
+        from tackroom.train.sft import episode_tools
+
+        return episode_tools(ep, self.tools[ep.harness], turn)
+
+    def _episode_samples(self, ep: Episode, index: int, use_recorded: bool
+                         ) -> list[TurnSample]:
+        """``ep``'s turns as samples, each tokenised with the tools its call offered."""
+        tok = self.engine.tokenizer
+        agent = ep.meta.get("agent") if isinstance(ep.meta, dict) else None
+        if not (isinstance(agent, dict) and agent.get("tools_per_call")):
+            return episode_samples(ep, index, tok, self._tools_for(ep),
+                                   use_recorded=use_recorded)
+        out: list[TurnSample] = []  # a CLI whose tools changed between its calls
+        for turn in ep.turns:
+            one = dataclasses.replace(ep, turns=[turn])
+            out.extend(episode_samples(one, index, tok, self._tools_for(ep, turn.index),
+                                       use_recorded=use_recorded))
+        return out
 
     def _samples(self, batches: list[list[Episode]]) -> tuple[list[TurnSample],
                                                               dict[str, float]]:
@@ -433,8 +456,7 @@ class _Trainer:
             for k, ep in enumerate(eps):
                 index = len(episodes)
                 episodes.append(ep)
-                turns = episode_samples(ep, index, self.engine.tokenizer, self._tools_for(ep),
-                                        use_recorded=use_recorded)
+                turns = self._episode_samples(ep, index, use_recorded)
                 if advantages is not None:
                     for s in turns:
                         s.advantage = float(advantages.values[k])

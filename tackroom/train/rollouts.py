@@ -20,6 +20,13 @@ version that wrote each turn in ``Turn.adapter``:
 * **on Ray** — the weights of the version are saved under
   ``OUT/rollout-weights/<version>`` and each step's rollout workers
   (:mod:`tackroom.runner.ray_workers`) load them as ``hf:BASE:ADAPTER``.
+
+Agent harnesses (a third-party CLI, :mod:`tackroom.runner.agent`) roll out the
+same way: the runner puts a model gateway in front of the policy being trained
+(here, or in each Ray worker), the CLI's every model call is a turn with the
+token ids and log-probs that policy sampled, and the trainer tokenises each
+turn with the messages the CLI sent and the tools it offered
+(``meta.agent.tools``).
 """
 
 from __future__ import annotations
