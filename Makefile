@@ -10,12 +10,14 @@ export MINIWOB_CHROMEDRIVER ?= /usr/bin/chromedriver
 
 .PHONY: setup system demo test lint bench clean policy policy-table
 
-## system packages: Chromium + ChromeDriver (MiniWoB++) and bubblewrap (shell sandbox)
+## system packages: Chromium + ChromeDriver (MiniWoB++), bubblewrap (shell sandbox),
+## mmdebstrap (Debian root file systems for task environments built from Dockerfiles)
 system:
 	@missing=""; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 	[ -x /usr/bin/chromedriver ] || missing="$$missing chromium-driver"; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v mmdebstrap >/dev/null || missing="$$missing mmdebstrap"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing:$$missing"; \

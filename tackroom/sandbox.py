@@ -22,6 +22,13 @@ Two ways to run, chosen once per machine:
   which ``RLIMIT_NPROC`` counts per namespace; the disk limit is then
   ``RLIMIT_FSIZE`` per file plus a size check after each command.
 
+A sandbox may also run on a **built environment** (``root=``: the merged
+tree of an :class:`~tackroom.images.overlay.EpisodeRoot`, a task's image built
+from its Dockerfile): the tree is its ``/`` instead of the host's ``/usr`` and
+``/etc``, and its commands run as the root of a user namespace of their own
+that maps the image's shifted uids (:mod:`tackroom.images.userns`) — root of
+the task's files, an ordinary uid to the host — with no network, as always.
+
 Without bwrap, :class:`Sandbox` refuses to start unless ``unsafe_local=True``
 (the CLI's ``--unsafe-local``), which runs commands directly on the host in
 the task directory with the same rlimits and timeouts but *no isolation*.
@@ -48,11 +55,19 @@ from pathlib import Path
 
 from tackroom.core.actions import RunAgent
 from tackroom.core.errors import InfraError, TackroomError
+from tackroom.images.userns import IMAGE_UID, as_image_root, mapped_userns
 
 #: Where the task directory appears inside the sandbox.
 TASK_PATH = "/task"
 #: The PATH commands see.
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: The PATH of a built environment (Docker's default, which images expect).
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Capabilities the root of a built environment keeps in its own namespace (Docker's
+#: default set): enough to chown, install and kill its own processes, nothing of the host's.
+IMAGE_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+              "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+              "CAP_SYS_CHROOT", "CAP_AUDIT_WRITE", "CAP_SETFCAP")
 #: Output kept per stream (the rest is drained and counted, never stored).
 OUTPUT_CAP = 1 << 20
 #: Sandbox uids are drawn from here; each sandbox gets its own (see module doc).
@@ -234,6 +249,9 @@ class Sandbox:
             (an agent's installed tools, a Unix socket to the model gateway:
             connecting to a socket is allowed on a read-only mount). They are
             not handed to the sandbox's uid; mapped like ``binds`` when unsafe.
+        root: the merged tree of a built environment to run on (see the
+            module doc); ``workdir`` is then that tree's working directory
+            (not mounted again) and ``cwd`` where commands start.
 
     As root, the task directory and the binds are handed to the sandbox's own
     uid (``self.uid``) so that its commands can write them; host code running
@@ -242,18 +260,35 @@ class Sandbox:
 
     def __init__(self, workdir: Path, limits: Limits = Limits(), *, unsafe_local: bool = False,
                  binds: Mapping[str, Path] = {}, ro_binds: Mapping[str, Path] = {},  # noqa: B006
+                 root: Path | None = None, cwd: str = TASK_PATH,
                  _probing: bool = False) -> None:
         self.workdir = Path(workdir).resolve()
         self.limits = limits
         self.unsafe_local = unsafe_local
         self.binds = {k: Path(v).resolve() for k, v in binds.items()}
         self.ro_binds = {k: Path(v).resolve() for k, v in ro_binds.items()}
+        self.root = root
+        self.cwd = cwd if root is not None else TASK_PATH
         self._covered_fd: int | None = None  # the task dir under our tmpfs, to copy back
+        self._userns: contextlib.ExitStack | None = None
+        self._userns_fd = -1
         self._closed = False
         if not self.workdir.is_dir():
             raise InfraError("task directory does not exist", str(self.workdir))
         if not unsafe_local and not _probing:
             require_sandbox()
+        if root is not None:
+            if unsafe_local:
+                raise InfraError("a built task environment cannot run without the sandbox",
+                                 str(root), "drop --unsafe-local")
+            # One namespace per sandbox: RLIMIT_NPROC counts per namespace and uid.
+            self._userns = contextlib.ExitStack()
+            self._userns_fd = self._userns.enter_context(mapped_userns())
+            self._privileged = False
+            self.uid = IMAGE_UID
+            for host in self.binds.values():
+                _chown_tree(host, IMAGE_UID)
+            return
         # Root drops to a uid of its own (see the module doc); others keep theirs.
         self._privileged = _is_root() and not unsafe_local
         self.uid = random.randrange(*_UID_RANGE) if self._privileged else os.getuid()
@@ -268,6 +303,8 @@ class Sandbox:
     @property
     def task_path(self) -> str:
         """Where commands see the task directory (``/task``; the host path when unsafe)."""
+        if self.root is not None:
+            return self.cwd
         return str(self.workdir) if self.unsafe_local else TASK_PATH
 
     def path(self, sandbox_path: str) -> str:
@@ -331,6 +368,9 @@ class Sandbox:
                 f"--fsize={lim.disk_mb * mb}", "--core=0", "--"]
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        if self.root is not None:
+            return {"PATH": IMAGE_PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb",
+                    "TMPDIR": "/tmp", **(extra or {})}
         env = {"PATH": SANDBOX_PATH, "HOME": self.task_path, "LANG": "C.UTF-8",
                "TERM": "dumb", "TMPDIR": "/tmp",
                # No passwd entry for the sandbox uid: give git an identity.
@@ -349,6 +389,8 @@ class Sandbox:
         inner = self._limit_args() + argv
         if self.unsafe_local:
             return inner
+        if self.root is not None:
+            return self._image_argv(inner, env)
         lim = self.limits
         tmp_bytes = str(lim.disk_mb << 20)
         args = ["bwrap"]
@@ -377,11 +419,33 @@ class Sandbox:
                      "--inh-caps=-all", "--bounding-set=-all"]
         return args + inner
 
+    def _image_argv(self, inner: list[str], env: Mapping[str, str] | None) -> list[str]:
+        """``inner`` in a sandbox on a built environment, as the root of its own namespace."""
+        assert self.root is not None
+        args = [*as_image_root(), "bwrap", "--userns", str(self._userns_fd), "--unshare-net",
+                "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                "--die-with-parent", "--new-session", "--hostname", "sandbox",
+                # /tmp is the image's own, as in a container: what the build left there
+                # (a test venv) stays, and what the episode writes counts against its disk.
+                "--bind", str(self.root), "/", "--proc", "/proc", "--dev", "/dev"]
+        for inside, host in self.binds.items():
+            args += ["--bind", str(host), inside]
+        for inside, host in self.ro_binds.items():
+            args += ["--ro-bind", str(host), inside]
+        for cap in IMAGE_CAPS:
+            args += ["--cap-add", cap]
+        args += ["--chdir", self.cwd, "--clearenv"]
+        for key, value in self._env(env).items():
+            args += ["--setenv", key, value]
+        return args + inner
+
     def popen(self, argv: list[str], env: Mapping[str, str] | None = None,
               **kwargs: object) -> subprocess.Popen:
         """Start ``argv`` in the sandbox in its own process group (kill it with :func:`kill`)."""
         if self._closed:
             raise InfraError("sandbox is closed", str(self.workdir))
+        if self._userns_fd >= 0:
+            kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), self._userns_fd)  # type: ignore[misc]
         return subprocess.Popen(  # noqa: S603 - argv is built here, never through a shell
             self.argv(argv, env), cwd=self.workdir,
             env=self._env(env) if self.unsafe_local else {"PATH": SANDBOX_PATH},
@@ -421,18 +485,10 @@ class Sandbox:
 
     def _which_limit(self, code: int, stderr: str) -> str | None:
         """Best-effort: which limit a finished command ran into, from its traces."""
-        low = stderr.lower()
-        if (code == 128 + signal.SIGXFSZ or "file too large" in low
-                or "no space left on device" in low or "disk quota" in low):
+        if (self._covered_fd is None and self.root is None
+                and _tree_size(self.workdir) > self.limits.disk_mb << 20):
             return "disk"
-        if self._covered_fd is None and _tree_size(self.workdir) > self.limits.disk_mb << 20:
-            return "disk"
-        if "fork: retry" in low or "resource temporarily unavailable" in low:
-            return "processes"
-        if ("cannot allocate" in low or "memoryerror" in low or "out of memory" in low
-                or "memory exhausted" in low or "bad_alloc" in low):
-            return "memory"
-        return None
+        return limit_in_output(code, stderr)
 
     def close(self) -> None:
         """Copy the task directory's contents back from the tmpfs and release it."""
@@ -440,6 +496,9 @@ class Sandbox:
             return
         self._closed = True
         self._unmount(copy_back=True)
+        if self._userns is not None:
+            self._userns.close()
+            self._userns_fd = -1
 
     def __enter__(self) -> Sandbox:
         return self
@@ -481,6 +540,20 @@ def run_agent(action: RunAgent, workdir: Path, limits: Limits, *, cwd: str = TAS
                            env={**(env or {}), "HOME": box.path(action.home), **action.env})
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def limit_in_output(code: int, stderr: str) -> str | None:
+    """Which limit (disk, processes, memory) a command's exit code and stderr show it hit."""
+    low = stderr.lower()
+    if (code == 128 + signal.SIGXFSZ or "file too large" in low
+            or "no space left on device" in low or "disk quota" in low):
+        return "disk"
+    if "fork: retry" in low or "resource temporarily unavailable" in low:
+        return "processes"
+    if ("cannot allocate" in low or "memoryerror" in low or "out of memory" in low
+            or "memory exhausted" in low or "bad_alloc" in low):
+        return "memory"
+    return None
 
 
 def _unpassable(*texts: str) -> str | None:

@@ -194,7 +194,8 @@ def test_episode_wall_time_ends_the_episode_with_the_tests_verdict(tmp_path):
 
 
 def test_reward_json_and_dockerfile_subset(tmp_path):
-    d = write_task(tmp_path, "jsonreward",
+    """On the host system (``environment = "host"``) a Dockerfile is read as a subset."""
+    d = write_task(tmp_path, "jsonreward", toml='[tackroom]\nenvironment = "host"\n',
                    test='python3 -c "import json; json.dump({\'reward\': 1.0 if open(\'/app/'
                         'out.txt\').read() == \'$GREETING\\\\n\' else 0.0}, '
                         'open(\'/logs/verifier/reward.json\', \'w\'))"',
@@ -236,7 +237,9 @@ def _terminal_bench_task(root: Path, name: str, *, run_tests: str | None, compos
     return d
 
 
-def test_import_harbor_and_terminal_bench_skipping_what_needs_docker(tmp_path):
+def test_import_harbor_and_terminal_bench_building_what_they_need(tmp_path):
+    """Tasks with a Dockerfile are built (the Terminal-Bench base image, an apt-get install);
+    what only Docker can run (extra services) or what the task lacks is skipped, with why."""
     src = tmp_path / "src"
     write_task(src, "harbor-ok", env={"notes.txt": "hello\n"})
     write_task(src, "harbor-apt", env={"Dockerfile": "FROM ubuntu\nRUN apt-get update && "
@@ -255,17 +258,19 @@ def test_import_harbor_and_terminal_bench_skipping_what_needs_docker(tmp_path):
     store = tmp_path / "store"
     results = {r.id: r for r in import_tasks(src, store)}
     assert {k for k, r in results.items() if r.imported} == {
-        "harbor-ok", "tb-ok", "tb-yaml-solution"}
-    assert "apt-get" in results["harbor-apt"].reason and "network" in results["harbor-apt"].reason
+        "harbor-ok", "harbor-apt", "tb-ok", "tb-yaml-solution"}, results
+    assert results["harbor-apt"].environment in ("built", "cached")
+    assert results["harbor-ok"].environment == ""  # no Dockerfile: the host system
+    # Without a Dockerfile there is no build to put a test install in.
     assert "pip" in results["harbor-pip-tests"].reason
     assert "tests/test.sh" in results["broken"].reason
-    assert "'uv'" in results["tb-uv"].reason
+    assert "uv not found" in results["tb-uv"].reason
     assert "run-tests.sh" in results["tb-no-run-tests"].reason
-    assert "services" in results["tb-services"].reason
+    assert "services" in results["tb-services"].reason and "docker" in results["tb-services"].reason
     imported = load_task(store / "tb-ok")
     assert imported.instruction.startswith("Write the word 'tackroom'")
-    assert (imported.workdir, imported.agent_timeout_s) == ("/app", 60.0)
-    for name in ("tb-ok", "tb-yaml-solution", "harbor-ok"):
+    assert (imported.workdir, imported.agent_timeout_s, imported.builds) == ("/app", 60.0, True)
+    for name in ("tb-ok", "tb-yaml-solution", "harbor-ok", "harbor-apt"):
         check = check_task(load_task(store / name))
         assert check.ok and check.solved == 1.0, (name, check)
 
@@ -299,7 +304,10 @@ def test_import_checks_each_task_in_the_sandbox_and_lists_every_folder(tmp_path)
     assert not unchecked["docs"].imported
     p = run_cli("tasks", "import", str(src / "always-passes"), "--no-check", cwd=tmp_path,
                 env_extra={"TACKROOM_TASKS": str(tmp_path / "tasks")})
-    assert p.returncode == 0 and "imported always-passes  (not checked)" in p.stdout, p.stdout
+    assert p.returncode == 0, p.stderr
+    row = next(line for line in p.stdout.splitlines()
+               if line.startswith("│") and "always-passes" in line)
+    assert "yes" in row and "not run" in row, p.stdout
 
 
 def test_cli_import_then_eval_the_imported_task(tmp_path):
@@ -309,8 +317,10 @@ def test_cli_import_then_eval_the_imported_task(tmp_path):
     env = {"TACKROOM_TASKS": str(tmp_path / "tasks")}
     p = run_cli("tasks", "import", str(src), cwd=tmp_path, env_extra=env)
     assert p.returncode == 0, p.stderr
-    assert "imported tb-cli" in p.stdout
-    assert "skipped  needs-net: tests/test.sh runs 'curl' (needs the network)" in p.stdout
+    rows = {line.split()[1]: line for line in p.stdout.splitlines() if line.startswith("│")}
+    assert "yes" in rows["tb-cli"] and "passes" in rows["tb-cli"], p.stdout
+    assert "skipped" in rows["needs-net"], p.stdout
+    assert "tests/test.sh runs 'curl' (needs the network)" in " ".join(p.stdout.split())
     assert "1 of 2 folder(s) imported" in p.stdout
     listing = run_cli("tasks", "--suite", "terminal", cwd=tmp_path, env_extra=env)
     assert "tb-cli" in listing.stdout and "csv-column-sum" in listing.stdout
@@ -408,3 +418,27 @@ def test_a_verifier_that_cannot_run_is_an_infra_error_not_a_failure(tmp_path):
                     cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "verifier (exit 0)" in shown.stdout and "the-verifier-says-hello" in shown.stdout
+
+
+def test_the_tests_run_when_the_budget_ends_the_episode(tmp_path):
+    """Terminal-Bench's rule: the tests run whenever the agent stops. One action per turn and
+    one turn: the expert's command runs, its `submit` never does — the tests decide."""
+    import tackroom
+
+    (tmp_path / "one-turn.toml").write_text(
+        'extends = "terminal-bash"\nname = "one-turn"\n[loop]\nactions_per_turn = 1\n'
+        "[budget]\nturns = 1\n")
+    write_task(tmp_path / "store", "solved-on-budget")
+    write_task(tmp_path / "store", "unsolved-on-budget", solve="touch other.txt")
+    suite = TerminalSuite(store=tmp_path / "store")
+    run = tackroom.evaluate(suite, tasks=["solved-on-budget", "unsolved-on-budget"],
+                            harnesses=[str(tmp_path / "one-turn.toml")], policies=["expert"],
+                            seeds=[0], store=tmp_path / "r.duckdb")
+    eps = {ep.task.split("/")[-1]: ep for ep in run.load_episodes()}
+    solved, unsolved = eps["solved-on-budget"], eps["unsolved-on-budget"]
+    assert [len(solved.turns), len(unsolved.turns)] == [1, 1]
+    assert solved.outcome.value == "success" and solved.reward == 1.0
+    assert solved.meta["verified_on_stop"] is True
+    assert unsolved.outcome.value == "budget_exhausted" and unsolved.reward == 0.0
+    assert unsolved.meta["verified_on_stop"] is True and "verifier" in unsolved.meta
+    assert unsolved.error == "turn budget of 1 used"

@@ -16,17 +16,16 @@ install once, and count only once finished (a marker file written last).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tackroom.core.cache import cache_home, locked
 from tackroom.core.errors import InfraError
 
 #: Marks a finished install; holds what was installed.
@@ -39,9 +38,7 @@ INSTALL_TIMEOUT_S = 1800
 
 def cache_root() -> Path:
     """``$TACKROOM_CACHE/agents``, by default ``~/.cache/tackroom/agents``."""
-    base = os.environ.get("TACKROOM_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "tackroom")
-    return Path(base) / "agents"
+    return cache_home() / "agents"
 
 
 def install_dir(agent: dict[str, Any]) -> Path:
@@ -63,7 +60,7 @@ def ensure_installed(agent: dict[str, Any], *, log: Any = None) -> Path:
     if (target / DONE).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(target.parent / f"{target.name}.lock"):
+    with locked(target.parent / f"{target.name}.lock"):
         if (target / DONE).is_file():  # another process installed it while we waited
             return target
         spec = dict(agent["install"])
@@ -99,16 +96,6 @@ def _readable(root: Path) -> None:
             if not path.is_symlink():
                 mode = path.stat().st_mode
                 os.chmod(path, mode | 0o444 | (0o111 if mode & 0o100 or path.is_dir() else 0))
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:

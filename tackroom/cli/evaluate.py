@@ -68,6 +68,9 @@ def eval_cmd(
     unsafe_local: Annotated[bool, typer.Option(
         "--unsafe-local", help="Sandboxed suites (terminal, code): without bubblewrap, run "
         "task commands directly on this machine, with no isolation.")] = False,
+    sandbox: Annotated[str, typer.Option(
+        help="Terminal tasks with a Dockerfile: 'bubblewrap' (their environment built "
+        "without Docker) or 'docker' (built and run with a Docker daemon).")] = "bubblewrap",
     sealed: Annotated[str | None, typer.Option(
         help="Run every cell of a manifest written by `tackroom seal` (no filters; the "
         "report shows the manifest hash and every cell).")] = None,
@@ -88,6 +91,8 @@ def eval_cmd(
 
       tackroom eval --suite terminal --policy expert --unsafe-local
 
+      tackroom eval --suite terminal --tasks my-imported-task --sandbox docker
+
       tackroom eval --resume latest
 
       tackroom eval --sealed manifest.json --ray
@@ -98,7 +103,9 @@ def eval_cmd(
     if sealed:
         _refuse_cell_options(ctx)
         manifest = Manifest.load(sealed)
-    suite_options = {"unsafe_local": True} if unsafe_local else {}
+    suite_options: dict[str, object] = {"unsafe_local": True} if unsafe_local else {}
+    if sandbox != "bubblewrap":
+        suite_options["sandbox"] = sandbox
     if unsafe_local:
         err_console.print("[yellow]--unsafe-local[/yellow]: task commands run directly on this "
                           "machine, with no sandbox")

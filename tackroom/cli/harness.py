@@ -38,33 +38,69 @@ def tasks_cmd(ctx: typer.Context,
 def tasks_import(directory: Annotated[Path, typer.Argument(
         help="A Harbor or Terminal-Bench task directory, or a folder of them.")],
         check: Annotated[bool, typer.Option(
-            "--check/--no-check", help="Run each task in the sandbox before keeping it: its "
-            "tests must fail untouched and pass after its solution.")] = True) -> None:
+            "--check/--no-check", help="Build each task's environment and run its oracle "
+            "before keeping it: its tests must fail untouched and pass after its solution. "
+            "Without it, environments are built on first use.")] = True,
+        sandbox: Annotated[str, typer.Option(
+            help="'bubblewrap' (build without Docker) or 'docker' (build and check with a "
+            "Docker daemon).")] = "bubblewrap") -> None:
     """Import terminal tasks into $TACKROOM_TASKS (default ./tackroom-tasks).
 
-    Each task is checked in the sandbox first (tests fail untouched, pass after the
-    reference solution; a command the sandbox lacks is named). Tasks that need Docker
-    or the network, tasks that fail the check and folders that are not tasks are
-    listed as skipped, each with its reason.
+    A task with a Dockerfile gets its environment built from it, without Docker (a
+    Debian root file system for its base image, then its steps, with network only to
+    the package registries; cached by content in ~/.cache/tackroom/images). Each task
+    is then checked in the sandbox (tests fail untouched, pass after the reference
+    solution; a command the sandbox lacks is named). Tasks that cannot run here, that
+    fail the check, and folders that are not tasks are listed as skipped, each with
+    its reason.
 
     [bold]Examples[/bold]
 
       tackroom tasks import ~/terminal-bench/tasks
 
       tackroom tasks import ~/harbor-tasks/my-task --no-check
+
+      tackroom tasks import ~/terminal-bench/tasks --sandbox docker
     """
-    from tackroom.suites.terminal import BUILTIN
-    from tackroom.suites.terminal.importer import ImportResult, import_tasks, task_store
+    from tackroom.cli.common import progress_bar
+    from tackroom.core.errors import ConfigError
+    from tackroom.images.docker import require_docker
+    from tackroom.suites.terminal import BUILTIN, SANDBOXES
+    from tackroom.suites.terminal.importer import import_tasks, task_folders, task_store
 
-    def show(r: ImportResult) -> None:
-        if r.imported:
-            console.print(f"[green]imported[/green] {escape(r.id)}"
-                          + ("" if r.checked else "  (not checked)"))
-        else:
-            console.print(f"[yellow]skipped[/yellow]  {escape(r.id)}: {escape(r.reason)}")
-
+    if sandbox not in SANDBOXES:
+        raise ConfigError(f"unknown sandbox {sandbox!r}", "--sandbox",
+                          f"choose one of: {', '.join(SANDBOXES)}")
+    if sandbox == "docker":
+        require_docker()
     builtin = frozenset(p.name for p in BUILTIN.iterdir() if p.is_dir())
-    results = import_tasks(directory, builtin=builtin, check=check, on_task=show)
+    folders = task_folders(directory)
+    done: list[str] = []
+    with progress_bar("tasks", len(folders), enabled=len(folders) > 1 or check) as bar:
+        def start(task_id: str) -> None:
+            bar.update(len(done), stats=f"{task_id}: importing")
+
+        def building(task_id: str, message: str) -> None:
+            bar.update(len(done), stats=f"{task_id}: {message}")
+
+        def finished(r: object) -> None:
+            done.append(getattr(r, "id", ""))
+            bar.update(len(done), stats="")
+
+        results = import_tasks(directory, builtin=builtin, check=check, on_task=finished,
+                               on_start=start, progress=building, sandbox=sandbox)
+    table = Table(title=f"Imported from {escape(str(directory))}", title_justify="left")
+    for col in ("task", "imported", "environment", "untouched", "oracle", "reason / build log"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        # A kept, checked task: its tests failed untouched and passed after its solution.
+        untouched, oracle = (("fails", "passes") if r.checked else ("not run", "not run")) \
+            if r.imported else ("", "")
+        note = escape(r.reason) if not r.imported else escape(str(r.log or ""))
+        table.add_row(escape(r.id), "[green]yes[/green]" if r.imported else "[yellow]skipped[/]",
+                      escape(r.environment or ("host system" if r.imported else "")), untouched,
+                      oracle, note)
+    console.print(table)
     n = sum(r.imported for r in results)
     console.print(f"{n} of {len(results)} folder(s) imported into {task_store()}; run them "
                   "with tackroom eval --suite terminal --tasks ID", markup=False)

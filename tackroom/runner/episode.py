@@ -17,6 +17,7 @@ import traceback
 from dataclasses import dataclass
 
 from tackroom.agents.install import ensure_installed
+from tackroom.core.actions import Submit
 from tackroom.core.episode import Episode, Outcome, Turn, episode_id
 from tackroom.core.errors import (
     ActionError,
@@ -222,8 +223,9 @@ async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert
             ep.outcome, ep.error, done = (Outcome.FAILURE,
                                           f"{errors_in_row} errors in a row", True)
         if not done and budget["tokens"] and tokens >= budget["tokens"]:
-            ep.outcome, ep.error, done = (Outcome.BUDGET_EXHAUSTED,
-                                          f"token budget of {budget['tokens']} used", True)
+            turn.t_harness += time.perf_counter() - t0
+            await _stop_on_budget(env, ep, f"token budget of {budget['tokens']} used")
+            return
         if done:
             turn.t_harness += time.perf_counter() - t0
             return
@@ -233,5 +235,20 @@ async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert
                                 session.budget_line(t + 1, tokens, seconds_left()))
         pending_harness = 0.0
         turn.t_harness += time.perf_counter() - t0
-    ep.outcome = Outcome.BUDGET_EXHAUSTED
-    ep.error = f"turn budget of {budget['turns']} used"
+    await _stop_on_budget(env, ep, f"turn budget of {budget['turns']} used")
+
+
+async def _stop_on_budget(env: Environment, ep: Episode, why: str) -> None:
+    """The budget ran out. A task that is verified whenever the agent stops (Terminal-Bench's
+    rule: ``verifies_on_stop``) runs its tests now: solved is ``success``, else the episode
+    stays ``budget_exhausted`` with the tests' reward and output recorded."""
+    ep.outcome, ep.error = Outcome.BUDGET_EXHAUSTED, why
+    if not getattr(env, "verifies_on_stop", False):
+        return
+    step = await call_env(env, env.step, Submit())
+    ep.reward = step.reward
+    ep.meta["verified_on_stop"] = True
+    if "verifier" in step.info:
+        ep.meta["verifier"] = step.info["verifier"]
+    if step.success:
+        ep.outcome, ep.error = Outcome.SUCCESS, None

@@ -18,15 +18,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from tackroom.core.actions import Action, Shell, Submit
-from tackroom.core.errors import TaskNotFound
+from tackroom.core.errors import ConfigError, TaskNotFound
 from tackroom.core.observation import Observation
 from tackroom.core.task import Expert, SimplePool, Task
+from tackroom.images.docker import require_docker
 from tackroom.sandbox import require_sandbox
 from tackroom.suites.terminal.env import TerminalEnv
 from tackroom.suites.terminal.importer import task_store
 from tackroom.suites.terminal.taskdir import TaskDir, load_task
 
 BUILTIN = Path(__file__).parent / "tasks"
+#: Where tasks with a Dockerfile run: bubblewrap over built layers (default), or Docker.
+SANDBOXES = ("bubblewrap", "docker")
 #: What a terminal task needs of a harness's action interface.
 REQUIRES = frozenset({"shell", "submit"})
 
@@ -53,8 +56,13 @@ class TerminalSuite:
     #: Sandboxes are cheap to start.
     default_concurrency = 16
 
-    def __init__(self, unsafe_local: bool = False, store: Path | None = None) -> None:
+    def __init__(self, unsafe_local: bool = False, store: Path | None = None,
+                 sandbox: str = "bubblewrap") -> None:
+        if sandbox not in SANDBOXES:
+            raise ConfigError(f"unknown sandbox {sandbox!r}", "--sandbox",
+                              f"choose one of: {', '.join(SANDBOXES)}")
         self.unsafe_local = bool(unsafe_local)
+        self.sandbox = sandbox
         self.store = store or task_store()
         self._dirs: dict[str, TaskDir] | None = None
 
@@ -100,10 +108,12 @@ class TerminalSuite:
                                "list them with `tackroom tasks --suite terminal`")
         if not self.unsafe_local:
             require_sandbox()
-        return TerminalEnv(task, td, unsafe_local=self.unsafe_local)
+        return TerminalEnv(task, td, unsafe_local=self.unsafe_local, sandbox=self.sandbox)
 
     def preflight(self) -> None:
-        """Before a run: refuse without bubblewrap, saying why, unless unsafe-local."""
+        """Before a run: refuse without bubblewrap (or Docker, if asked), saying why."""
+        if self.sandbox == "docker":
+            require_docker()
         if not self.unsafe_local:
             require_sandbox()
 
@@ -114,9 +124,10 @@ class TerminalSuite:
         return SimplePool(self.make_env, size or 4)
 
 
-def make_suite(*, unsafe_local: bool = False) -> TerminalSuite:
-    """The terminal suite; ``unsafe_local`` runs task commands without the sandbox."""
-    return TerminalSuite(unsafe_local=unsafe_local)
+def make_suite(*, unsafe_local: bool = False, sandbox: str = "bubblewrap") -> TerminalSuite:
+    """The terminal suite; ``unsafe_local`` runs task commands without the sandbox,
+    ``sandbox="docker"`` runs tasks that have a Dockerfile with Docker."""
+    return TerminalSuite(unsafe_local=unsafe_local, sandbox=sandbox)
 
 
 __all__ = ["SolutionExpert", "TerminalEnv", "TerminalSuite", "make_suite"]

@@ -51,10 +51,11 @@ class TaskCheck:
         return None
 
 
-def check_task(td: TaskDir, *, unsafe_local: bool = False) -> TaskCheck:
+def check_task(td: TaskDir, *, unsafe_local: bool = False,
+               sandbox: str = "bubblewrap") -> TaskCheck:
     """Run the tests on the untouched task, then the solution and the tests again."""
     task = Task(td.id, "terminal", frozenset({"shell", "submit"}))
-    env = TerminalEnv(task, td, unsafe_local=unsafe_local)
+    env = TerminalEnv(task, td, unsafe_local=unsafe_local, sandbox=sandbox)
     try:
         env.reset(0)
         env.sandbox.close()  # type: ignore[union-attr]

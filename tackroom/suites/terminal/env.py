@@ -12,11 +12,18 @@ Actions:
 
 When the episode's own wall time (``task.toml``'s ``[agent] timeout_sec``)
 runs out, the tests run the same way and the episode ends, truncated.
+
+A task with a built environment (:attr:`TaskDir.builds`) runs on its image:
+each episode gets an :class:`~tackroom.images.overlay.EpisodeRoot` over the
+image's layers, every sandbox of the episode (commands, the shell session, the
+verifier) runs on it as its ``/``, and the verifier's layer (the tests' own
+installs) is slid under it only while the tests run.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -28,7 +35,13 @@ from tackroom.core.actions import Action, Press, RunAgent, Shell, Submit, TypeTe
 from tackroom.core.errors import ActionError, InfraError
 from tackroom.core.observation import Observation
 from tackroom.core.task import StepResult, Task
+from tackroom.images import docker
+from tackroom.images.build import resolve_inside
+from tackroom.images.docker import Container, DockerSandbox
+from tackroom.images.overlay import EpisodeRoot
+from tackroom.images.testdeps import split_test_script
 from tackroom.sandbox import CommandResult, Limits, Sandbox, run_agent
+from tackroom.suites.terminal.environment import TEST_SCRIPTS, Prepared, prepare
 from tackroom.suites.terminal.shell_session import KEYS, ShellSession
 from tackroom.suites.terminal.taskdir import TaskDir
 
@@ -40,16 +53,26 @@ class TerminalEnv:
     """A live terminal task; ``reset`` lays the task out, ``step`` runs actions."""
 
     blocking = True
+    #: The tests run whenever the agent stops, its budget used up included (Terminal-Bench's
+    #: rule; the runner calls ``step(Submit())`` then).
+    verifies_on_stop = True
 
-    def __init__(self, task: Task, td: TaskDir, *, unsafe_local: bool = False) -> None:
+    def __init__(self, task: Task, td: TaskDir, *, unsafe_local: bool = False,
+                 sandbox: str = "bubblewrap") -> None:
         self.task = task
         self.td = td
         self.unsafe_local = unsafe_local
+        #: "docker": a task with a Dockerfile runs in a container (tackroom.images.docker).
+        self.provider = "docker" if sandbox == "docker" and td.dockerfile is not None \
+            else "bubblewrap"
+        self.container: Container | None = None
         self.sandbox: Sandbox | None = None
         self.session: ShellSession | None = None
         self._tmp: Path | None = None
         self._started = 0.0
         self.done = False
+        self.root: EpisodeRoot | None = None  # the episode's tree, on a built environment
+        self.prepared: Prepared | None = None
 
     # -- set-up -----------------------------------------------------------------------
     @property
@@ -60,11 +83,21 @@ class TerminalEnv:
 
     @property
     def workdir(self) -> Path:
+        """The task's working directory on the host (in the episode's tree when built)."""
         assert self._tmp is not None, "reset() first"
+        if self.container is not None:
+            return self._tmp / "task"  # a copy, for listing (see reset)
+        if self.root is not None:
+            return resolve_inside(self.root.path, self.td.workdir)
         return self._tmp / "task"
 
     def _sandbox(self, limits: Limits, binds: dict[str, Path] | None = None) -> Sandbox:
         """A sandbox on the task directory, also mounted at the task's own working dir."""
+        if self.container is not None:
+            return DockerSandbox(self.container, limits, cwd=self.td.workdir, binds=binds or {})
+        if self.root is not None:
+            return Sandbox(self.workdir, limits, binds=binds or {}, root=self.root.path,
+                           cwd=self.td.workdir)
         mounts = dict(binds or {})
         if self.td.workdir != "/task":
             mounts[self.td.workdir] = self.workdir
@@ -74,9 +107,24 @@ class TerminalEnv:
         """Lay the task out in a fresh directory and open its sandbox (``seed`` is unused)."""
         self.close()
         self._tmp = Path(tempfile.mkdtemp(prefix=f"tackroom-{self.td.id}-"))
-        self.workdir.mkdir()
+        os.chmod(self._tmp, 0o711)  # a built environment's uid reaches the binds below it
         (self._tmp / "tmp").mkdir()
-        self.td.lay_out(self.workdir)
+        if self.provider == "docker":
+            assert self.td.dockerfile is not None
+            tag = docker.build(self.td.dockerfile, self.td.dockerfile.parent)
+            self.container = docker.Container(tag, memory_mb=self.td.memory_mb,
+                                              processes=self.limits.processes,
+                                              workdir=self.td.workdir, env=self.td.env)
+            if self.td.workdir != "/":  # a copy of the task's files, for the listing below
+                self.container.copy_out(self.td.workdir, self.workdir)
+            self.workdir.mkdir(exist_ok=True)
+        elif self.td.builds:
+            self.prepared = prepare(self.td)
+            self.root = EpisodeRoot(self.prepared.image.layers, self.td.disk_mb)
+            self.workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            self.workdir.mkdir()
+            self.td.lay_out(self.workdir)
         self.sandbox = self._sandbox(self.limits)
         for cmd in self.td.setup:
             res = self.sandbox.run(self._local(f"cd {self.td.workdir} && {cmd}"),
@@ -92,8 +140,7 @@ class TerminalEnv:
         listing = "  ".join(names) if names else "(empty)"
         obs = self._obs(f"Working directory: {self.td.workdir}\nFiles: {listing}\n")
         # The task's files, for an agent CLI that is told which files to work on.
-        obs.extra["files"] = sorted(str(p.relative_to(self.workdir))
-                                    for p in self.workdir.rglob("*") if p.is_file())[:200]
+        obs.extra["files"] = _some_files(self.workdir, 200)
         return obs
 
     def _obs(self, text: str) -> Observation:
@@ -106,6 +153,8 @@ class TerminalEnv:
 
     def _env(self) -> dict[str, str]:
         """The task's ``ENV`` settings (and, without a sandbox, a private TMPDIR)."""
+        if self.prepared is not None and self.root is not None:
+            return {**self.prepared.image.env, **self.td.env}
         if self.unsafe_local and self._tmp is not None:
             return {**self.td.env, "TMPDIR": str(self._tmp / "tmp")}
         return dict(self.td.env)
@@ -162,6 +211,11 @@ class TerminalEnv:
     def _run_agent(self, action: RunAgent) -> StepResult:
         """An agent CLI in a sandbox of its own over the task directory, then this one again."""
         assert self.sandbox is not None
+        if self.root is not None or self.container is not None:
+            # The CLIs are installed for this machine's system (its Python, its Node), which a
+            # built environment does not have.
+            raise InfraError("agent CLIs do not run on tasks with a built environment yet",
+                             str(self.td.path), "use a built-in harness for this task")
         self.sandbox.close()
         timeout = max(1.0, min(action.timeout_s, self._left()))
         mounts = {self.td.workdir: self.workdir} if self.td.workdir != "/task" else {}
@@ -184,7 +238,7 @@ class TerminalEnv:
             wait = float(getattr(action, "wait_s", self.limits.wall_s))
         assert self.sandbox is not None
         if self.session is None:
-            self.session = ShellSession(self.sandbox)
+            self.session = ShellSession(self.sandbox, env=self._env())
         self.session.send(data, min(wait, max(0.1, self._left())))
         return self.session.screen
 
@@ -225,11 +279,42 @@ class TerminalEnv:
                         disk_mb=self.td.disk_mb)
         binds = {"/tests": tests, "/logs": logs}
         self._localize_dir(tests, binds)
-        with self._sandbox(limits, binds) as box:
-            self.sandbox = box
-            res = box.run(self._local(f"cd {self.td.workdir} && bash /tests/test.sh", binds),
-                          env=self._env())
+        if self.root is not None and self.prepared is not None:
+            for name, text in self.prepared.scripts.items():  # installs done at build time
+                (tests / name).write_text(text)
+            self.root.remount(self.prepared.verify.layers)
+        if self.container is not None:
+            self._install_test_tools(tests)
+        try:
+            with self._sandbox(limits, binds) as box:
+                self.sandbox = box
+                res = box.run(self._local(f"cd {self.td.workdir} && bash /tests/test.sh", binds),
+                              env=self._env())
+        finally:
+            if self.root is not None and self.prepared is not None:
+                self.root.remount(self.prepared.image.layers)
         return _reward(logs / "verifier"), res
+
+    def _install_test_tools(self, tests: Path) -> None:
+        """With Docker: the tests' own installs, run in the container with network, first."""
+        assert self.container is not None
+        install = []
+        for name in TEST_SCRIPTS:
+            if (tests / name).is_file():
+                split = split_test_script((tests / name).read_text(errors="replace"))
+                if split.installs:
+                    (tests / name).write_text(split.verify)
+                    install.append(split.install)
+        if not install:
+            return
+        with self.container.online(), \
+                self._sandbox(Limits(wall_s=600, memory_mb=max(self.td.memory_mb, 1024)),
+                              {"/tests": tests}) as box:
+            res = box.run("set -e\n" + "\n".join(install), env={**self._env(),
+                                                               "TEST_DIR": "/tests"})
+        if res.exit_code != 0:
+            raise InfraError(f"the tests' installs failed (exit {res.exit_code}): "
+                             f"{res.output(300)!r}", str(self.td.tests), "check the test script")
 
     def run_solution(self) -> CommandResult:
         """Run ``solution/solve.sh`` in the sandbox (for checking a task, not for agents)."""
@@ -256,9 +341,27 @@ class TerminalEnv:
         if self.sandbox is not None:
             self.sandbox.close()
             self.sandbox = None
+        if self.root is not None:
+            self.root.close()
+            self.root = None
+        if self.container is not None:
+            self.container.close()
+            self.container = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+def _some_files(root: Path, limit: int) -> list[str]:
+    """Up to ``limit`` file paths under ``root``, relative, sorted (a walk that stops early:
+    a built environment's working directory may be ``/``)."""
+    found: list[str] = []
+    for top, dirs, files in os.walk(root):
+        dirs.sort()
+        found += (str(Path(top, f).relative_to(root)) for f in sorted(files))
+        if len(found) >= limit * 5:
+            break
+    return sorted(found)[:limit]
 
 
 def _show(cmd: str, res: CommandResult) -> str:

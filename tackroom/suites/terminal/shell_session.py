@@ -63,9 +63,11 @@ def screen_text(raw: bytes, lines: int) -> str:
 class ShellSession:
     """``bash -i`` on a pty in ``sandbox``; :meth:`send` types, :attr:`screen` reads."""
 
-    def __init__(self, sandbox: Sandbox, screen_lines: int = 40) -> None:
+    def __init__(self, sandbox: Sandbox, screen_lines: int = 40,
+                 env: dict[str, str] | None = None) -> None:
         self.sandbox = sandbox
         self.screen_lines = screen_lines
+        self._task_env = dict(env or {})  # the task's ENV, as its shell commands get it
         self.notes: list[str] = []
         self._start()
 
@@ -73,7 +75,7 @@ class ShellSession:
         self._master, self._slave = pty.openpty()
         fcntl.ioctl(self._master, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
         os.set_blocking(self._master, False)
-        env = {"PS1": "$PWD$ ", "PS2": "> ", "PS0": _START.decode(), "HISTFILE": "",
+        env = {**self._task_env, "PS1": "$PWD$ ", "PS2": "> ", "PS0": _START.decode(), "HISTFILE": "",
                "PROMPT_COMMAND": r'printf "\033]777;R;%s\007" $?'}
         try:
             # setsid -c makes the pty the shell's controlling terminal (so C-c interrupts).

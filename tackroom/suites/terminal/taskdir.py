@@ -10,13 +10,19 @@ A Harbor task directory::
     tests/test.sh         the verifier: writes a reward to /logs/verifier/reward.txt
     solution/solve.sh     the reference solution (optional)
 
-There is no Docker here: the sandbox's read-only system *is* the image. Of a
-Dockerfile, ``WORKDIR`` (where the task directory is also mounted, ``/app``
-by convention), ``COPY``/``ADD`` of local files into it, ``ENV`` and ``RUN``
-(executed once in the sandbox when the task is laid out) are honoured;
-``FROM``, ``CMD`` and friends are ignored. What needs the network or Docker
-itself (package installs, downloads, ``docker-compose`` services, a prebuilt
-image) makes a task *unsupported*, with the reason — see :func:`check_supported`.
+A task with a Dockerfile runs on the **environment its Dockerfile builds**
+(``environment = "image"``, the default): the ``FROM`` image mapped to a Debian
+root file system and the Dockerfile's steps applied, without Docker
+(:mod:`tackroom.images.build`; the Terminal-Bench layout is converted to this
+one on import). A task may instead say ``[tackroom] environment = "host"``: the
+sandbox's read-only view of this machine's system is then its image, and of its
+Dockerfile only ``WORKDIR`` (where the task directory is also mounted),
+``COPY``/``ADD`` of local files into it, ``ENV`` and ``RUN`` (run once in the
+sandbox when the task is laid out) are honoured — the built-in tasks, which
+need nothing more, run so. What cannot run here (a prebuilt image, extra
+``docker-compose`` services, an unmapped base image; on the host system also
+package installs and downloads) makes a task *unsupported*, with the reason —
+see :func:`check_supported`.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.errors import ConfigError
+from tackroom.images.bases import UnmappedBase, resolve_base
+from tackroom.images.dockerfile import parse_dockerfile
 
 #: Commands that fetch from the network or need Docker; a task using them is skipped.
 _NETWORK = re.compile(
@@ -68,6 +76,14 @@ class TaskDir:
     difficulty: str = ""
     tags: tuple[str, ...] = ()
     docker_image: str = ""  # a prebuilt image named in task.toml: needs Docker
+    #: "image": runs on the environment its Dockerfile builds; "host": on this machine's system.
+    environment: str = "host"
+    dockerfile: Path | None = None  # environment/Dockerfile, when there is one
+
+    @property
+    def builds(self) -> bool:
+        """Whether the task runs on an environment built from its Dockerfile."""
+        return self.environment == "image" and self.dockerfile is not None
 
     @property
     def tests(self) -> Path:
@@ -155,6 +171,12 @@ def load_task(path: Path) -> TaskDir:
         raise _bad(f"task.toml has a bad value ({e})", toml_path, "fix the file") from None
     dockerfile = path / "environment" / "Dockerfile"
     if dockerfile.is_file():
+        td.dockerfile = dockerfile.resolve()
+        if td.environment == "image":
+            # The image holds the files, the ENV and the working directory.
+            td.workdir = parse_dockerfile(dockerfile.read_text(errors="replace"),
+                                          where=str(dockerfile)).config.workdir or "/"
+            return td
         td.workdir = "/app"
         try:
             _read_dockerfile(td, dockerfile)
@@ -176,6 +198,10 @@ def _apply_meta(td: TaskDir, meta: dict[str, Any]) -> None:
     # Harbor sizes containers generously (2 GB+); the sandbox keeps its own, smaller caps.
     td.memory_mb = min(int(env.get("memory_mb", td.memory_mb)), 2048)
     own = meta.get("tackroom", {})
+    td.environment = str(own.get("environment", "image"))
+    if td.environment not in ("image", "host"):
+        raise ValueError(f"[tackroom] environment must be \"image\" or \"host\", "
+                         f"not {td.environment!r}")
     td.command_timeout_s = float(own.get("command_timeout_sec", td.command_timeout_s))
     td.memory_mb = int(own.get("memory_mb", td.memory_mb))
     td.disk_mb = int(own.get("disk_mb", td.disk_mb))
@@ -227,16 +253,32 @@ def _read_dockerfile(td: TaskDir, dockerfile: Path) -> None:
             td.setup.append(rest)
 
 
-def check_supported(td: TaskDir) -> str | None:
-    """Why this task cannot run in the sandbox (``None`` if it can)."""
+def check_supported(td: TaskDir, *, docker: bool = False) -> str | None:
+    """Why this task cannot run in the sandbox (``None`` if it can); ``docker``: with Docker,
+    which builds any Dockerfile."""
     root = td.path
     for name in ("docker-compose.yaml", "docker-compose.yml"):
         for where in (root, root / "environment"):
             if (where / name).is_file() and _compose_services(where / name) > 1:
-                return f"{where.name}/{name} starts extra services (needs Docker)"
+                return (f"{where.name}/{name} starts extra services (docker compose); "
+                        "tackroom runs one environment per task, without its services")
     df = root / "environment" / "Dockerfile"
     if td.docker_image:
-        return f"task.toml runs the prebuilt image {td.docker_image} (needs Docker)"
+        return (f"task.toml runs the prebuilt image {td.docker_image}; tackroom builds "
+                "environments from the task's Dockerfile only")
+    if docker:
+        return None
+    if td.builds:
+        assert td.dockerfile is not None
+        parsed = parse_dockerfile(td.dockerfile.read_text(errors="replace"),
+                                  where=str(td.dockerfile))
+        if parsed.unsupported:
+            return parsed.unsupported
+        try:
+            resolve_base(parsed.base)
+        except UnmappedBase as e:
+            return e.reason
+        return None
     if td.workdir in _RESERVED or not td.workdir.startswith("/"):
         return f"its working directory {td.workdir} cannot be mounted in the sandbox"
     for src, dest in td.copies:

@@ -1,0 +1,129 @@
+"""Overlay mounts: read-only image layers under one writable directory.
+
+A built environment is a stack of layer directories (the base root file
+system, the Dockerfile's changes, the tests' dependencies). Every episode of a
+task shares them read-only and writes into an upper directory of its own, on a
+tmpfs of the task's disk size, so an episode can neither change the cached
+image nor fill the host's disk. The upper directory outlives the sandboxes of
+one episode (the agent's commands, an agent CLI, the verifier each start one),
+and is dropped with the episode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from tackroom.core.errors import InfraError
+from tackroom.images.userns import IMAGE_UID, require_root
+
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 32, 4096
+_MNT_DETACH = 2
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def mount(fstype: str, target: Path, options: str, flags: int = 0, *,
+          source: Path | None = None) -> None:
+    """``mount -t fstype -o options SOURCE target``; :class:`InfraError` saying why if refused."""
+    src = str(source).encode() if source is not None else fstype.encode()
+    if _libc().mount(src, str(target).encode(), fstype.encode(), flags, options.encode()) != 0:
+        err = ctypes.get_errno()
+        raise InfraError(f"cannot mount the {fstype} of a task environment: "
+                         f"{os.strerror(err)}", str(target),
+                         "run as root on a kernel with overlayfs (or pass --sandbox docker)")
+
+
+def unmount(target: Path) -> None:
+    """Detach ``target`` (lazily: a process still inside does not keep it busy)."""
+    _libc().umount2(str(target).encode(), _MNT_DETACH)
+
+
+def bind(source: Path, target: Path, *, read_only: bool = False) -> None:
+    """Bind-mount ``source`` at ``target`` (made first, as a file or a directory)."""
+    if source.is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch(exist_ok=True)
+    mount("none", target, "", _MS_BIND, source=source)
+    if read_only:
+        mount("none", target, "", _MS_BIND | _MS_REMOUNT | _MS_RDONLY, source=source)
+
+
+def overlay_options(lowers: Sequence[Path], upper: Path, work: Path) -> str:
+    """The mount options of an overlay of ``lowers`` (topmost first) under ``upper``."""
+    for p in lowers:
+        if "," in str(p) or ":" in str(p):
+            raise InfraError("a layer path contains ',' or ':'", str(p),
+                             "set TACKROOM_CACHE to a path without them")
+    return (f"lowerdir={':'.join(str(p) for p in lowers)},upperdir={upper},workdir={work},"
+            "index=off,redirect_dir=off,metacopy=off")
+
+
+class EpisodeRoot:
+    """One episode's root file system: the image's layers plus a writable upper layer.
+
+    ``path`` is the merged tree (mount it as ``/`` of a sandbox). ``remount``
+    changes the layers below while keeping what the episode wrote (the tests'
+    dependencies come in only for the verifier). ``close`` drops it all.
+    """
+
+    def __init__(self, lowers: Sequence[Path], disk_mb: int) -> None:
+        require_root("a task environment")
+        self._dir = Path(tempfile.mkdtemp(prefix="tackroom-root-"))
+        os.chmod(self._dir, 0o711)  # the sandbox's uid must reach the merged tree, not list it
+        self._rw = self._dir / "rw"
+        self.path = self._dir / "merged"
+        self._rw.mkdir()
+        self.path.mkdir()
+        self._mounted: list[Path] = []
+        try:
+            mount("tmpfs", self._rw, f"size={max(1, disk_mb)}m,mode=0755", _MS_NOSUID | _MS_NODEV)
+            self._mounted.append(self._rw)
+            (self._rw / "upper").mkdir()
+            (self._rw / "work").mkdir()
+            # The merged root takes the upper directory's owner: the image's root.
+            os.chown(self._rw / "upper", IMAGE_UID, IMAGE_UID)
+            self.lowers: tuple[Path, ...] = ()
+            self.remount(lowers)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def upper(self) -> Path:
+        """What this episode wrote (whiteouts mark what it deleted)."""
+        return self._rw / "upper"
+
+    def remount(self, lowers: Sequence[Path]) -> None:
+        """Mount the merged tree again over ``lowers`` (topmost first), same upper layer."""
+        if self.path in self._mounted:
+            unmount(self.path)
+            self._mounted.remove(self.path)
+        mount("overlay", self.path, overlay_options(lowers, self.upper, self._rw / "work"))
+        self._mounted.append(self.path)
+        self.lowers = tuple(lowers)
+
+    def close(self) -> None:
+        for target in reversed(self._mounted):
+            unmount(target)
+        self._mounted.clear()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> EpisodeRoot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a forgotten root must not leave its mounts behind
+        with contextlib.suppress(Exception):
+            self.close()

@@ -1,0 +1,230 @@
+"""Real Harbor and Terminal-Bench tasks: environments built from their Dockerfiles, no Docker.
+
+The task directories under ``tests/fixtures/real-tasks`` are written as such tasks are
+(a base-image ``FROM``, ``apt-get install`` and ``pip install`` steps, ``COPY`` of task
+files inside and outside the working directory, ``ARG``/``ENV``/heredoc ``RUN``/``USER``,
+tests that install pytest, Terminal-Bench's ``task.yaml``/``run-tests.sh`` layout and its
+older one). They are built for real — ``mmdebstrap`` from Debian's archive, steps in
+bubblewrap with network only to the package registries — and cached by content in
+``$TACKROOM_CACHE/images`` (a second run, or a second checkout, reuses them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from tackroom.core.errors import InfraError
+from tackroom.images.build import build_count
+from tackroom.images.overlay import EpisodeRoot
+from tackroom.images.userns import IMAGE_UID
+from tackroom.records import RecordStore
+from tackroom.sandbox import Limits, Sandbox, sandbox_available
+from tackroom.suites.terminal.environment import prepare
+from tackroom.suites.terminal.importer import import_tasks
+from tackroom.suites.terminal.taskdir import load_task
+
+FIXTURES = Path(__file__).parent / "fixtures" / "real-tasks"
+HARBOR = sorted(p.name for p in (FIXTURES / "harbor").iterdir())
+TERMINAL_BENCH = sorted(p.name for p in (FIXTURES / "terminal-bench").iterdir())
+
+pytestmark = pytest.mark.skipif(
+    not sandbox_available() or os.geteuid() != 0 or shutil.which("mmdebstrap") is None,
+    reason="building task environments needs root, bubblewrap and mmdebstrap (make setup "
+           "installs them as root)")
+
+
+def _rows(stdout: str) -> dict[str, list[str]]:
+    """The import table's rows by task id (cells stripped; wrapped lines dropped)."""
+    rows = {}
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        if len(cells) >= 5 and cells[0] and cells[1] in ("yes", "skipped"):
+            rows[cells[0]] = cells
+    return rows
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> Path:
+    """Every fixture task imported through the CLI (built, checked); the workspace."""
+    work = tmp_path_factory.mktemp("real-tasks")
+    src = work / "src"
+    for layout in ("harbor", "terminal-bench"):
+        shutil.copytree(FIXTURES / layout, src, dirs_exist_ok=True)
+    p = run_cli("tasks", "import", str(src), cwd=work,
+                env_extra={"TACKROOM_TASKS": str(work / "tasks"), "COLUMNS": "220"})
+    assert p.returncode == 0, p.stderr + p.stdout
+    (work / "import.out").write_text(p.stdout)
+    return work
+
+
+def test_every_task_of_both_layouts_is_built_and_its_oracle_passes(imported):
+    stdout = (imported / "import.out").read_text()
+    rows = _rows(stdout)
+    assert set(rows) == set(HARBOR) | set(TERMINAL_BENCH), stdout
+    for task_id, (_, kept, environment, untouched, oracle, *_) in rows.items():
+        # The untouched task fails its tests and the reference solution passes them.
+        assert (kept, untouched, oracle) == ("yes", "fails", "passes"), (task_id, stdout)
+        assert environment in ("built", "cached"), (task_id, stdout)
+    assert f"{len(rows)} of {len(rows)} folder(s) imported" in stdout
+    store = imported / "tasks" / "terminal"
+    tb = load_task(store / "tb-csv-total")  # converted to the Harbor layout, and built
+    assert tb.builds and tb.workdir == "/app" and (tb.path / "environment" / "Dockerfile").is_file()
+
+
+def test_the_tests_installs_are_built_in_and_never_run_without_network(imported):
+    td = load_task(imported / "tasks" / "terminal" / "fix-slugify")
+    ready = prepare(td)
+    assert ready.installs == ("pip install pytest==8.3.3",)
+    hoisted = [line for line in ready.scripts["test.sh"].splitlines() if "pip install" in line]
+    assert hoisted and all(line.startswith(": tackroom: installed at build") for line in hoisted)
+    # The tests' layer is only under the verifier: the agent's image has no pytest.
+    assert len(ready.verify.layers) == len(ready.image.layers) + 1
+    old = load_task(imported / "tasks" / "terminal" / "tb-old-layout")
+    assert (old.tests / "run-tests.sh").is_file()  # Terminal-Bench's default test script
+    assert prepare(old).installs == ("pip install pytest",)
+
+
+def test_a_second_build_is_a_cache_hit_and_a_changed_file_a_new_layer(tmp_path):
+    src = tmp_path / "jq-count-items"
+    shutil.copytree(FIXTURES / "harbor" / "jq-count-items", src)
+    store = tmp_path / "store"
+    first = import_tasks(src, store)[0]
+    assert first.imported, first.reason
+    before = build_count()
+    again = import_tasks(src, store)[0]
+    assert again.imported and again.environment == "cached"
+    assert build_count() == before  # nothing was built the second time
+    # Content no cache has seen (the cache outlives test runs).
+    (src / "environment" / "inventory.json").write_text(
+        f'{{"items": [{{"id": 1}}], "run": "{uuid.uuid4().hex}"}}\n')
+    changed = import_tasks(src, store)[0]
+    assert changed.imported and changed.environment == "built"
+    assert build_count() == before + 1  # the task's layer only: the base came from the cache
+
+
+def test_episodes_run_the_cli_eval_on_built_tasks_through_both_shell_harnesses(imported):
+    db = str(imported / "r.duckdb")
+    env = {"TACKROOM_TASKS": str(imported / "tasks")}
+    p = run_cli("eval", "--suite", "terminal", "--tasks",
+                "jq-count-items,env-report,tb-git-tag,tb-nginx-conf", "--policy", "expert",
+                "--seeds", "0", "--db", db, cwd=imported, env_extra=env)
+    assert p.returncode == 0, p.stderr
+    with RecordStore(db) as store:
+        episodes = store.episodes()
+    assert len(episodes) == 8 and all(e["outcome"] == "success" for e in episodes), [
+        (e["task"], e["harness"], e["outcome"], e["error"]) for e in episodes]
+
+
+def test_an_episode_is_root_of_its_own_tree_with_no_network_and_cannot_touch_the_image(imported):
+    td = load_task(imported / "tasks" / "terminal" / "service-port")
+    image = prepare(td).image
+    probe = ("id -u; cat /proc/self/uid_map; "
+             "echo x > /proc/sys/kernel/core_pattern 2>/dev/null && echo sysctl-written; "
+             "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 443), 3)' "
+             "2>/dev/null && echo net-reached; "
+             "echo 'port = 1' >> /etc/tally/tally.ini; echo episode > /usr/local/mark; "
+             "grep -c port /etc/tally/tally.ini")
+    for _ in range(2):  # the second episode must see the image as it was built
+        with EpisodeRoot(image.layers, 16) as root, \
+                Sandbox(root.path / "srv", Limits(), root=root.path, cwd="/srv/tally") as box:
+            res = box.run(probe)
+            lines = res.stdout.split()
+            assert lines[0] == "0" and lines[1:4] == ["0", str(IMAGE_UID), "65536"], res.stdout
+            assert "sysctl-written" not in res.stdout and "net-reached" not in res.stdout
+            assert lines[-1] == "2", res.stdout + res.stderr  # the image's one line, plus ours
+    for layer in image.layers:
+        assert not (layer / "usr" / "local" / "mark").exists()
+
+
+def test_the_process_and_disk_limits_hold_on_a_built_tree(imported):
+    td = load_task(imported / "tasks" / "terminal" / "jq-count-items")
+    image = prepare(td).image
+    with EpisodeRoot(image.layers, 8) as root, \
+            Sandbox(root.path / "app", Limits(processes=16, disk_mb=8), root=root.path,
+                    cwd="/app") as box:
+        forks = box.run("for i in $(seq 40); do sleep 2 & done 2>&1; wait; echo done")
+        assert "retry" in forks.stdout + forks.stderr or "unavailable" in (
+            forks.stdout + forks.stderr).lower(), forks
+        big = box.run("head -c 20000000 /dev/zero > /app/big; echo rc=$?")
+        assert "rc=0" not in big.stdout and "File size limit" in big.stderr, big
+        # Many files under the per-file limit: the episode's own layer is full.
+        many = box.run("for i in $(seq 20); do head -c 1000000 /dev/zero > /app/f$i || "
+                       "exit 1; done")
+        assert many.exit_code != 0 and "No space left on device" in many.stderr, many
+        assert many.killed == "disk"
+
+
+def test_what_cannot_be_built_is_skipped_with_the_reason(tmp_path):
+    src = tmp_path / "src"
+    cases = {
+        "alpine-base": "FROM alpine:3.19\nRUN apk add jq\n",
+        "multi-stage": "FROM python:3.11-slim AS build\nRUN true\nFROM debian:bookworm\n"
+                       "COPY --from=build /x /x\n",
+        "downloads-elsewhere": "FROM debian:bookworm-slim\nRUN apt-get update && apt-get "
+                               "install -y --no-install-recommends curl && curl -fsS "
+                               "https://example.com -o /x\n",
+    }
+    for name, dockerfile in cases.items():
+        d = src / name
+        (d / "environment").mkdir(parents=True)
+        (d / "tests").mkdir()
+        (d / "instruction.md").write_text("Do nothing.\n")
+        (d / "environment" / "Dockerfile").write_text(dockerfile)
+        (d / "tests" / "test.sh").write_text("echo 0 > /logs/verifier/reward.txt\n")
+    results = {r.id: r for r in import_tasks(src, tmp_path / "store")}
+    assert not any(r.imported for r in results.values())
+    assert "alpine:3.19 is not mapped" in results["alpine-base"].reason
+    assert "docker" in results["alpine-base"].reason
+    assert "multi-stage" in results["multi-stage"].reason or "--from" in \
+        results["multi-stage"].reason
+    # The build reaches the package registries, and nothing else.
+    refused = results["downloads-elsewhere"].reason
+    assert "build failed" in refused and "refused example.com:443" in refused, refused
+
+
+def test_without_root_a_built_task_says_so(monkeypatch, imported):
+    td = load_task(imported / "tasks" / "terminal" / "tb-csv-total")
+    image = prepare(td).image
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(InfraError, match="needs root") as e:
+        EpisodeRoot(image.layers, 8)
+    assert "--sandbox docker" in e.value.line()
+
+
+def _docker_skip() -> str | None:
+    from tackroom.images.docker import docker_unavailable
+
+    return docker_unavailable()
+
+
+@pytest.mark.skipif(_docker_skip() is not None, reason=f"--sandbox docker: {_docker_skip()}")
+def test_the_docker_provider_gives_the_same_outcomes(imported, tmp_path):
+    """With a Docker daemon: the same tasks built and checked by `docker build`/`docker exec`,
+    and an eval through --sandbox docker with the same outcomes as through bubblewrap."""
+    env = {"TACKROOM_TASKS": str(tmp_path / "tasks"), "COLUMNS": "220"}
+    src = tmp_path / "src"
+    for name in ("jq-count-items", "service-port"):
+        shutil.copytree(FIXTURES / "harbor" / name, src / name)
+    shutil.copytree(FIXTURES / "terminal-bench" / "tb-csv-total", src / "tb-csv-total")
+    p = run_cli("tasks", "import", str(src), "--sandbox", "docker", cwd=tmp_path, env_extra=env)
+    assert p.returncode == 0, p.stderr
+    rows = _rows(p.stdout)
+    assert all(r[1:5] == ["yes", "docker", "fails", "passes"] for r in rows.values()), p.stdout
+    outcomes = {}
+    for sandbox in ("bubblewrap", "docker"):
+        db = str(tmp_path / f"{sandbox}.duckdb")
+        p = run_cli("eval", "--suite", "terminal", "--tasks", ",".join(sorted(rows)),
+                    "--policy", "expert", "--seeds", "0", "--sandbox", sandbox, "--db", db,
+                    cwd=tmp_path, env_extra=env)
+        assert p.returncode == 0, p.stderr
+        with RecordStore(db) as store:
+            outcomes[sandbox] = sorted((e["task"], e["harness"], e["outcome"])
+                                       for e in store.episodes())
+    assert outcomes["docker"] == outcomes["bubblewrap"]
+    assert all(o == "success" for *_, o in outcomes["docker"])
