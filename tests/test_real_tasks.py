@@ -166,6 +166,7 @@ def test_what_cannot_be_built_is_skipped_with_the_reason(tmp_path):
         "alpine-base": "FROM alpine:3.19\nRUN apk add jq\n",
         "multi-stage": "FROM python:3.11-slim AS build\nRUN true\nFROM debian:bookworm\n"
                        "COPY --from=build /x /x\n",
+        "copies-from-outside": "FROM debian:bookworm-slim\nCOPY ../../secret.txt /x\n",
         "downloads-elsewhere": "FROM debian:bookworm-slim\nRUN apt-get update && apt-get "
                                "install -y --no-install-recommends curl && curl -fsS "
                                "https://example.com -o /x\n",
@@ -177,12 +178,14 @@ def test_what_cannot_be_built_is_skipped_with_the_reason(tmp_path):
         (d / "instruction.md").write_text("Do nothing.\n")
         (d / "environment" / "Dockerfile").write_text(dockerfile)
         (d / "tests" / "test.sh").write_text("echo 0 > /logs/verifier/reward.txt\n")
+    (tmp_path / "secret.txt").write_text("not in any build context\n")
     results = {r.id: r for r in import_tasks(src, tmp_path / "store")}
     assert not any(r.imported for r in results.values())
     assert "alpine:3.19 is not mapped" in results["alpine-base"].reason
     assert "docker" in results["alpine-base"].reason
     assert "multi-stage" in results["multi-stage"].reason or "--from" in \
         results["multi-stage"].reason
+    assert "outside the build context" in results["copies-from-outside"].reason
     # The build reaches the package registries, and nothing else.
     refused = results["downloads-elsewhere"].reason
     assert "build failed" in refused and "refused example.com:443" in refused, refused
