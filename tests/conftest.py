@@ -19,6 +19,9 @@ from typing import Any
 
 import pytest
 
+#: Task directories used as data: their own tests run inside task environments, not here.
+collect_ignore_glob = ["fixtures/*"]
+
 #: ``tackroom`` as a user runs it, with this interpreter.
 TACKROOM = [sys.executable, "-m", "tackroom.cli"]
 #: A wide terminal and no colours, so output is the same on every machine.
