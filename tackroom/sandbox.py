@@ -55,6 +55,7 @@ from pathlib import Path
 
 from tackroom.core.actions import RunAgent
 from tackroom.core.errors import InfraError, TackroomError
+from tackroom.images.egress import enter as enter_netns
 from tackroom.images.userns import IMAGE_UID, as_image_root, mapped_userns
 
 #: Where the task directory appears inside the sandbox.
@@ -252,6 +253,9 @@ class Sandbox:
         root: the merged tree of a built environment to run on (see the
             module doc); ``workdir`` is then that tree's working directory
             (not mounted again) and ``cwd`` where commands start.
+        netns: on a built environment, a network namespace to run in instead of
+            a fresh one (:func:`tackroom.images.egress.loopback_namespace`: only
+            a loopback, shared with the task's services).
 
     As root, the task directory and the binds are handed to the sandbox's own
     uid (``self.uid``) so that its commands can write them; host code running
@@ -260,7 +264,7 @@ class Sandbox:
 
     def __init__(self, workdir: Path, limits: Limits = Limits(), *, unsafe_local: bool = False,
                  binds: Mapping[str, Path] = {}, ro_binds: Mapping[str, Path] = {},  # noqa: B006
-                 root: Path | None = None, cwd: str = TASK_PATH,
+                 root: Path | None = None, cwd: str = TASK_PATH, netns: int | None = None,
                  _probing: bool = False) -> None:
         self.workdir = Path(workdir).resolve()
         self.limits = limits
@@ -269,6 +273,7 @@ class Sandbox:
         self.ro_binds = {k: Path(v).resolve() for k, v in ro_binds.items()}
         self.root = root
         self.cwd = cwd if root is not None else TASK_PATH
+        self.netns = netns if root is not None else None
         self._covered_fd: int | None = None  # the task dir under our tmpfs, to copy back
         self._userns: contextlib.ExitStack | None = None
         self._userns_fd = -1
@@ -422,7 +427,9 @@ class Sandbox:
     def _image_argv(self, inner: list[str], env: Mapping[str, str] | None) -> list[str]:
         """``inner`` in a sandbox on a built environment, as the root of its own namespace."""
         assert self.root is not None
-        args = [*as_image_root(), "bwrap", "--userns", str(self._userns_fd), "--unshare-net",
+        # With ``netns`` the process is already in that namespace (see popen).
+        net = [] if self.netns is not None else ["--unshare-net"]
+        args = [*as_image_root(), "bwrap", "--userns", str(self._userns_fd), *net,
                 "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--die-with-parent", "--new-session", "--hostname", "sandbox",
                 # /tmp is the image's own, as in a container: what the build left there
@@ -446,6 +453,8 @@ class Sandbox:
             raise InfraError("sandbox is closed", str(self.workdir))
         if self._userns_fd >= 0:
             kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), self._userns_fd)  # type: ignore[misc]
+        if self.netns is not None:
+            kwargs["preexec_fn"] = functools.partial(enter_netns, self.netns)
         return subprocess.Popen(  # noqa: S603 - argv is built here, never through a shell
             self.argv(argv, env), cwd=self.workdir,
             env=self._env(env) if self.unsafe_local else {"PATH": SANDBOX_PATH},

@@ -112,13 +112,37 @@ def test_episodes_run_the_cli_eval_on_built_tasks_through_both_shell_harnesses(i
     db = str(imported / "r.duckdb")
     env = {"TACKROOM_TASKS": str(imported / "tasks")}
     p = run_cli("eval", "--suite", "terminal", "--tasks",
-                "jq-count-items,env-report,tb-git-tag,tb-nginx-conf", "--policy", "expert",
+                "jq-count-items,env-report,tb-git-tag,tb-nginx-conf,tb-service-token",
+                "--policy", "expert",
                 "--seeds", "0", "--db", db, cwd=imported, env_extra=env)
     assert p.returncode == 0, p.stderr
     with RecordStore(db) as store:
         episodes = store.episodes()
-    assert len(episodes) == 8 and all(e["outcome"] == "success" for e in episodes), [
+    assert len(episodes) == 10 and all(e["outcome"] == "success" for e in episodes), [
         (e["task"], e["harness"], e["outcome"], e["error"]) for e in episodes]
+
+
+def test_a_service_of_the_tasks_image_runs_beside_the_agent_and_nothing_else_is_reached(
+        imported):
+    """tb-service-token's compose file starts `api` (a program of the task's image): the
+    episode reaches it by name, on a network namespace it shares with it and nothing else."""
+    from tackroom.core.task import Task
+    from tackroom.suites.terminal.env import TerminalEnv
+
+    td = load_task(imported / "tasks" / "terminal" / "tb-service-token")
+    assert [s.name for s in td.compose().services] == ["api"]
+    env = TerminalEnv(Task(td.id, "terminal", frozenset({"shell", "submit"})), td)
+    try:
+        env.reset(0)
+        assert env.sandbox is not None
+        res = env.sandbox.run("python3 -c \"import urllib.request; print(urllib.request.urlopen("
+                              "'http://api:8000/token', timeout=5).status)\"; "
+                              "python3 -c 'import socket; socket.create_connection("
+                              "(\"1.1.1.1\", 443), 3)' 2>/dev/null && echo net-reached")
+        assert res.stdout.split() == ["200"], res.stdout + res.stderr
+    finally:
+        env.close()
+    assert env.netns is None and not env._services
 
 
 def test_an_episode_is_root_of_its_own_tree_with_no_network_and_cannot_touch_the_image(imported):

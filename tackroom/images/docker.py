@@ -104,12 +104,19 @@ class Container:
             args += ["-e", f"{key}={value}"]
         _docker(*args, image, "infinity")
 
-    def exec_argv(self, argv: list[str], env: Mapping[str, str], cwd: str) -> list[str]:
-        """The ``docker exec`` command line running ``argv`` in the container."""
-        out = ["docker", "exec", "-i", "-w", cwd]
+    def _exec(self, mode: str, argv: list[str], env: Mapping[str, str], cwd: str) -> list[str]:
+        out = ["exec", mode, "-w", cwd]
         for key, value in env.items():
             out += ["-e", f"{key}={value}"]
         return [*out, self.name, *argv]
+
+    def exec_argv(self, argv: list[str], env: Mapping[str, str], cwd: str) -> list[str]:
+        """The ``docker exec`` command line running ``argv`` in the container."""
+        return ["docker", *self._exec("-i", argv, env, cwd)]
+
+    def exec_detached(self, argv: list[str], env: Mapping[str, str], cwd: str) -> None:
+        """Start ``argv`` in the container in the background (a task's service)."""
+        _docker(*self._exec("-d", argv, env, cwd))
 
     def copy_in(self, host: Path, inside: str) -> None:
         _docker("exec", self.name, "mkdir", "-p", inside)

@@ -150,8 +150,25 @@ def _needs_root(what: str) -> InfraError:
                       "build task environments as root, or use --sandbox docker")
 
 
-def _make_namespace(port: int) -> tuple[int, socket.socket]:
-    """A new network namespace with ``lo`` up: its descriptor and a socket listening in it.
+def loopback_namespace() -> int:
+    """A new network namespace holding only ``lo`` (up): its descriptor, for :func:`enter`.
+
+    What an episode's sandboxes share when a task has services: they reach each
+    other on ``127.0.0.1`` and nothing else. Close the descriptor to let it go.
+    """
+    return _make_namespace(None)[0]
+
+
+def enter(ns_fd: int) -> None:
+    """Move the calling (forked, about to ``exec``) process into the namespace ``ns_fd``."""
+    if _setns(ns_fd, _CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns into a network namespace: {os.strerror(err)}")
+
+
+def _make_namespace(port: int | None) -> tuple[int, socket.socket | None]:
+    """A new network namespace with ``lo`` up: its descriptor and a socket listening in it
+    on ``port`` (none when ``port`` is ``None``).
 
     The work happens in a thread of its own, which goes back to its original namespace when
     done (and ends): the rest of the process never leaves the host's network.
@@ -178,11 +195,12 @@ def _make_namespace(port: int) -> tuple[int, socket.socket]:
                     flags = struct.unpack(_IFREQ, fcntl.ioctl(
                         ctl, _SIOCGIFFLAGS, struct.pack(_IFREQ, b"lo", 0)))[1]
                     fcntl.ioctl(ctl, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
-                listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                listener.bind(("127.0.0.1", port))
-                listener.listen(128)
-                listener.setblocking(False)
+                if port is not None:
+                    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    listener.bind(("127.0.0.1", port))
+                    listener.listen(128)
+                    listener.setblocking(False)
                 result["ok"] = (ns_fd, listener)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 result["error"] = exc
@@ -257,6 +275,7 @@ class BuildNetwork:
             raise _needs_root("building task environments needs root "
                               "(the build gets a network namespace of its own)")
         ns_fd, listener = _make_namespace(self.port)
+        assert listener is not None
         self.port = listener.getsockname()[1]
         self._proxy = _Proxy(self._allow, connect_timeout=self._connect_timeout)
         server = _ProxyThread(self._proxy, listener)
@@ -298,9 +317,7 @@ class BuildNetwork:
         fd = self._ns_fd
         if fd is None:
             raise RuntimeError("the build network is not started")
-        if _setns(fd, _CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns into the build network: {os.strerror(err)}")
+        enter(fd)
 
     @property
     def ns_path(self) -> str:

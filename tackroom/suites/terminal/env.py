@@ -25,11 +25,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
+import subprocess
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from tackroom.core.actions import Action, Press, RunAgent, Shell, Submit, TypeText
 from tackroom.core.errors import ActionError, InfraError
@@ -38,15 +41,19 @@ from tackroom.core.task import StepResult, Task
 from tackroom.images import docker
 from tackroom.images.build import resolve_inside
 from tackroom.images.docker import Container, DockerSandbox
+from tackroom.images.egress import loopback_namespace
 from tackroom.images.overlay import EpisodeRoot
 from tackroom.images.testdeps import split_test_script
-from tackroom.sandbox import CommandResult, Limits, Sandbox, run_agent
+from tackroom.sandbox import CommandResult, Limits, Sandbox, kill, run_agent
+from tackroom.suites.terminal.compose import Service
 from tackroom.suites.terminal.environment import TEST_SCRIPTS, Prepared, prepare
 from tackroom.suites.terminal.shell_session import KEYS, ShellSession
 from tackroom.suites.terminal.taskdir import TaskDir
 
 #: Characters of command output shown per command.
 OUTPUT_LIMIT = 6000
+#: Seconds a task's service has to start listening.
+SERVICE_START_S = 30.0
 
 
 class TerminalEnv:
@@ -73,6 +80,8 @@ class TerminalEnv:
         self.done = False
         self.root: EpisodeRoot | None = None  # the episode's tree, on a built environment
         self.prepared: Prepared | None = None
+        self.netns: int | None = None  # shared with the task's services, when it has some
+        self._services: list[tuple[Service, Sandbox | None, subprocess.Popen | None, Any]] = []
 
     # -- set-up -----------------------------------------------------------------------
     @property
@@ -97,7 +106,7 @@ class TerminalEnv:
             return DockerSandbox(self.container, limits, cwd=self.td.workdir, binds=binds or {})
         if self.root is not None:
             return Sandbox(self.workdir, limits, binds=binds or {}, root=self.root.path,
-                           cwd=self.td.workdir)
+                           cwd=self.td.workdir, netns=self.netns)
         mounts = dict(binds or {})
         if self.td.workdir != "/task":
             mounts[self.td.workdir] = self.workdir
@@ -109,6 +118,7 @@ class TerminalEnv:
         self._tmp = Path(tempfile.mkdtemp(prefix=f"tackroom-{self.td.id}-"))
         os.chmod(self._tmp, 0o711)  # a built environment's uid reaches the binds below it
         (self._tmp / "tmp").mkdir()
+        services = self.td.compose().services if self.td.dockerfile is not None else ()
         if self.provider == "docker":
             assert self.td.dockerfile is not None
             tag = docker.build(self.td.dockerfile, self.td.dockerfile.parent)
@@ -120,12 +130,19 @@ class TerminalEnv:
             self.workdir.mkdir(exist_ok=True)
         elif self.td.builds:
             self.prepared = prepare(self.td)
-            self.root = EpisodeRoot(self.prepared.image.layers, self.td.disk_mb)
+            # Services run through the tests too: their tree gets the tests' layer from the
+            # start (sliding it in later would cut them off from what they serve).
+            layers = (self.prepared.verify if services else self.prepared.image).layers
+            self.root = EpisodeRoot(layers, self.td.disk_mb)
             self.workdir.mkdir(parents=True, exist_ok=True)
+            if services:
+                self.netns = loopback_namespace()
         else:
             self.workdir.mkdir()
             self.td.lay_out(self.workdir)
         self.sandbox = self._sandbox(self.limits)
+        if services:
+            self._start_services(services)
         for cmd in self.td.setup:
             res = self.sandbox.run(self._local(f"cd {self.td.workdir} && {cmd}"),
                                    timeout_s=max(self.td.verifier_timeout_s, 30.0),
@@ -279,9 +296,11 @@ class TerminalEnv:
                         disk_mb=self.td.disk_mb)
         binds = {"/tests": tests, "/logs": logs}
         self._localize_dir(tests, binds)
+        slide = self.root is not None and self.prepared is not None and not self._services
         if self.root is not None and self.prepared is not None:
             for name, text in self.prepared.scripts.items():  # installs done at build time
                 (tests / name).write_text(text)
+        if slide:
             self.root.remount(self.prepared.verify.layers)
         if self.container is not None:
             self._install_test_tools(tests)
@@ -291,9 +310,68 @@ class TerminalEnv:
                 res = box.run(self._local(f"cd {self.td.workdir} && bash /tests/test.sh", binds),
                               env=self._env())
         finally:
-            if self.root is not None and self.prepared is not None:
+            if slide:
                 self.root.remount(self.prepared.image.layers)
         return _reward(logs / "verifier"), res
+
+    def _start_services(self, services: tuple[Service, ...]) -> None:
+        """Start the task's services (programs of its image) and wait for their ports.
+
+        Their names resolve to ``127.0.0.1`` (a line of the tree's ``/etc/hosts``);
+        each runs in a sandbox of its own on the episode's tree and network
+        namespace, its output kept in a log of its own, until the episode ends.
+        """
+        assert self.sandbox is not None and self._tmp is not None
+        hosts = f"127.0.0.1 {' '.join(s.name for s in services)}"
+        self.sandbox.run(f"echo {shlex.quote(hosts)} >> /etc/hosts")
+        life = Limits(wall_s=self.td.agent_timeout_s + self.td.verifier_timeout_s + 600,
+                      memory_mb=self.td.memory_mb, disk_mb=self.td.disk_mb)
+        for svc in services:
+            cwd = svc.workdir or self.td.workdir
+            if self.container is not None:
+                self.container.exec_detached(list(svc.argv), svc.env, cwd)
+                self._services.append((svc, None, None, None))
+                continue
+            assert self.root is not None
+            log = open(self._tmp / f"service-{svc.name}.log", "wb")  # noqa: SIM115 - closed in close()
+            box = Sandbox(self.workdir, life, root=self.root.path, cwd=cwd, netns=self.netns)
+            proc = box.popen(list(svc.argv), {**self._env(), **svc.env},
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            self._services.append((svc, box, proc, log))
+        for svc, _box, proc, _log in self._services:
+            for port in svc.ports:
+                self._wait_for(svc, proc, port)
+
+    def _wait_for(self, svc: Service, proc: subprocess.Popen | None, port: int) -> None:
+        assert self.sandbox is not None and self._tmp is not None
+        deadline = time.monotonic() + SERVICE_START_S
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                log = (self._tmp / f"service-{svc.name}.log").read_text(errors="replace")
+                raise InfraError(f"the task's service {svc.name!r} exited ({proc.returncode}) "
+                                 f"before listening on {port}: {log[-300:]!r}",
+                                 str(self.td.path), "fix the service's command")
+            probe = self.sandbox.run(f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null",
+                                     timeout_s=5)
+            if probe.exit_code == 0:
+                return
+            time.sleep(0.2)
+        raise InfraError(f"the task's service {svc.name!r} did not listen on {port} within "
+                         f"{SERVICE_START_S:.0f} s", str(self.td.path), "check its command")
+
+    def _stop_services(self) -> None:
+        for _svc, box, proc, log in self._services:
+            if proc is not None:
+                kill(proc)  # its sandbox has a pid namespace of its own: all of it ends
+                proc.wait()
+            if box is not None:
+                box.close()
+            if log is not None:
+                log.close()
+        self._services.clear()
+        if self.netns is not None:
+            os.close(self.netns)
+            self.netns = None
 
     def _install_test_tools(self, tests: Path) -> None:
         """With Docker: the tests' own installs, run in the container with network, first."""
@@ -338,6 +416,7 @@ class TerminalEnv:
         if self.session is not None:
             self.session.close()
             self.session = None
+        self._stop_services()
         if self.sandbox is not None:
             self.sandbox.close()
             self.sandbox = None

@@ -38,6 +38,7 @@ from typing import Any
 from tackroom.core.errors import ConfigError
 from tackroom.images.bases import UnmappedBase, resolve_base
 from tackroom.images.dockerfile import parse_dockerfile
+from tackroom.suites.terminal.compose import Compose, find_compose, read_compose
 
 #: Commands that fetch from the network or need Docker; a task using them is skipped.
 _NETWORK = re.compile(
@@ -79,6 +80,11 @@ class TaskDir:
     #: "image": runs on the environment its Dockerfile builds; "host": on this machine's system.
     environment: str = "host"
     dockerfile: Path | None = None  # environment/Dockerfile, when there is one
+
+    def compose(self) -> Compose:
+        """The task's compose file, read: the services to run beside the agent."""
+        path = find_compose(self.path)
+        return read_compose(path) if path is not None else Compose()
 
     @property
     def builds(self) -> bool:
@@ -257,11 +263,12 @@ def check_supported(td: TaskDir, *, docker: bool = False) -> str | None:
     """Why this task cannot run in the sandbox (``None`` if it can); ``docker``: with Docker,
     which builds any Dockerfile."""
     root = td.path
-    for name in ("docker-compose.yaml", "docker-compose.yml"):
-        for where in (root, root / "environment"):
-            if (where / name).is_file() and _compose_services(where / name) > 1:
-                return (f"{where.name}/{name} starts extra services (docker compose); "
-                        "tackroom runs one environment per task, without its services")
+    compose = td.compose()
+    if compose.unsupported:
+        return compose.unsupported
+    if compose.services and not (td.builds or docker):
+        return ("its docker-compose.yaml starts services, which run only on an environment "
+                "built from its Dockerfile")
     df = root / "environment" / "Dockerfile"
     if td.docker_image:
         return (f"task.toml runs the prebuilt image {td.docker_image}; tackroom builds "
@@ -309,21 +316,3 @@ def _code(script: str) -> str:
     """A shell script without its comments (a comment never needs the network)."""
     return "\n".join(line.split(" #", 1)[0] for line in script.splitlines()
                      if not line.lstrip().startswith("#"))
-
-
-def _compose_services(path: Path) -> int:
-    """How many services a compose file declares (indentation-based, no YAML needed)."""
-    count, inside, indent = 0, False, None
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        lead = len(line) - len(line.lstrip())
-        if lead == 0:
-            inside = line.strip().startswith("services:")
-            indent = None
-            continue
-        if inside:
-            indent = lead if indent is None else indent
-            if lead == indent and line.strip().endswith(":"):
-                count += 1
-    return count
