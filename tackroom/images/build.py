@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import tarfile
@@ -327,16 +326,13 @@ def _step(step: object, context: Path, dockerfile: Path, base_env: Mapping[str, 
 
 def _run_step(step: Run, merged: Path, net: BuildNetwork, userns: int, log: Path,
               base_env: Mapping[str, str], dockerfile: Path) -> None:
+    # The proxy, and the host's CA bundle where _shared bound it: an intercepting proxy's CA
+    # (this machine's egress has one) must be trusted inside.
     env = {"PATH": IMAGE_PATH, "HOME": "/root", "LANG": "C.UTF-8", **base_env, **step.env,
-           **net.env(), "PIP_CACHE_DIR": f"{_RUN_DIR}/pip"}
+           **net.env(ca_path=f"{_RUN_DIR}/ca.crt"), "PIP_CACHE_DIR": f"{_RUN_DIR}/pip"}
     args = [*as_image_root(), "bwrap", "--userns", str(userns), "--unshare-pid",
             "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session",
             "--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev"]  # /tmp: the image's
-    if resolve_inside(merged, f"{_RUN_DIR}/ca.crt").is_file():
-        # An intercepting proxy's CA (this machine's egress has one) must be trusted inside.
-        for var in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE",
-                    "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO"):
-            env[var] = f"{_RUN_DIR}/ca.crt"
     workdir = step.workdir or "/"
     resolve_inside(merged, workdir).mkdir(parents=True, exist_ok=True)
     args += ["--cap-add", "ALL", "--chdir", workdir, "--clearenv"]
@@ -347,8 +343,8 @@ def _run_step(step: Run, merged: Path, net: BuildNetwork, userns: int, log: Path
         uid, gid = _user_ids(merged, step.user)
         argv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *argv]
     with open(log, "a") as f:
-        f.write(f"\n$ RUN {step.text}\n")
-    _logged([*args, "--", *argv], log, f"RUN {step.text}", where=str(dockerfile),
+        f.write(f"\n$ {step.text}\n")
+    _logged([*args, "--", *argv], log, step.text, where=str(dockerfile),
             preexec_fn=net.enter, pass_fds=(userns,), net=net)
 
 
@@ -510,10 +506,3 @@ def _table(path: Path) -> dict[str, list[str]]:
         return {}
     rows = [line.split(":") for line in path.read_text(errors="replace").splitlines()]
     return {r[0]: r for r in rows if len(r) >= 4}
-
-
-def describe(image: Image) -> str:
-    """One line: the image's key, its layers, and its notes."""
-    notes = f" ({'; '.join(image.notes)})" if image.notes else ""
-    return f"{image.key} [{len(image.layers)} layers]{notes} " + shlex.join(
-        str(p.parent.name) for p in image.layers)

@@ -66,12 +66,17 @@ from tackroom.images.proxy import (
 log = logging.getLogger(__name__)
 
 #: Hosts a build may reach without being told: the package registries of Debian, Ubuntu,
-#: PyPI and npm. ``*.`` matches any subdomain (not the domain itself).
+#: PyPI, npm, Go modules, crates.io, RubyGems and Maven Central. ``*.`` matches any
+#: subdomain (not the domain itself).
 DEFAULT_REGISTRIES: tuple[str, ...] = (
     "deb.debian.org", "security.debian.org", "*.debian.org",
     "archive.ubuntu.com", "security.ubuntu.com", "ports.ubuntu.com",
     "pypi.org", "files.pythonhosted.org",
     "registry.npmjs.org", "*.npmjs.org",
+    "proxy.golang.org", "sum.golang.org",
+    "index.crates.io", "static.crates.io",
+    "rubygems.org", "index.rubygems.org",
+    "repo.maven.apache.org", "repo1.maven.org",
 )
 #: Where the proxy listens, inside the build namespace (each namespace has its own).
 DEFAULT_PORT = 3128

@@ -70,6 +70,8 @@ class ImportResult:
     reason: str = ""  # why it was skipped
     #: The check ran and passed (False when it was not asked for, or the task was skipped).
     checked: bool = False
+    #: The task has a reference solution (its oracle, run by the check).
+    has_oracle: bool = False
     #: Its environment: "built" now, "cached", "on first use" (not checked), "" (host system).
     environment: str = ""
     #: The build's log, when there was a build.
@@ -147,6 +149,7 @@ def _import_one(src: Path, store: Path, builtin: frozenset[str], check: bool,
         except (ConfigError, OSError, ValueError) as e:
             reason = e.line() if isinstance(e, ConfigError) else str(e)
             return ImportResult(task_id, src, False, reason.replace(str(staged), str(src)))
+        oracle = td.solution is not None
         docker = sandbox == "docker" and td.dockerfile is not None
         reason = check_supported(td, docker=docker)
         if reason is not None:
@@ -172,7 +175,8 @@ def _import_one(src: Path, store: Path, builtin: frozenset[str], check: bool,
         if dest.exists():
             shutil.rmtree(dest)
         shutil.copytree(staged, dest, symlinks=True)
-    return ImportResult(task_id, src, True, checked=check, environment=environment, log=log)
+    return ImportResult(task_id, src, True, checked=check, environment=environment, log=log,
+                        has_oracle=oracle)
 
 
 def _check(td: TaskDir, sandbox: str) -> str | None:
