@@ -8,7 +8,7 @@ start of an episode on a built environment against a bare ``bwrap`` start.
 * **Build, cached**: the same call again on the filled cache (a content hash of
   the build context, then the layers found).
 * **Episode start**: interleaved, so that machine load hits all alike —
-  (a) a bare ``bwrap --ro-bind / / true``; (b) a plain sandbox on the host
+  (a) a bare ``bwrap --ro-bind / / bash -c true``; (b) a plain sandbox on the host
   system, ``Sandbox(...).run("true")``; (c) an episode on a built environment:
   the overlay over the image's layers, its user namespace, ``run("true")``,
   teardown. Target: (c) within 2× of (a).
@@ -91,8 +91,9 @@ def main() -> None:
 
     td = load_task(staged[0])
     layers = environment.prepare(td).image.layers
+    # The same command as the sandboxes run: ``bash -c true``.
     bare_argv = ["bwrap", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-                 "--unshare-net", "--unshare-pid", "--die-with-parent", "true"]
+                 "--unshare-net", "--unshare-pid", "--die-with-parent", "bash", "-c", "true"]
     with tempfile.TemporaryDirectory(prefix="tackroom-bench-") as tmp:
         a, b, c = [], [], []
         for _ in range(args.n):

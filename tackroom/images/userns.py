@@ -82,16 +82,26 @@ def mapped_userns() -> Iterator[int]:
     """
     require_root("a task environment")
     with _forking:
-        fd = _make_userns()
+        fd = _idle.pop() if _idle else _make_userns()
     try:
         yield fd
     finally:
-        os.close(fd)
+        # Back to the pool: every process of a closed sandbox is gone (its pid namespace
+        # ended with it), so the next sandbox's RLIMIT_NPROC count starts from zero again.
+        with _forking:
+            if len(_idle) < _POOL:
+                _idle.append(fd)
+                fd = -1
+        if fd >= 0:
+            os.close(fd)
 
 
 #: One namespace is made at a time: a child forked meanwhile by another thread would hold
 #: this one's pipe open, and each would wait for the other.
 _forking = threading.Lock()
+#: Namespaces no sandbox uses, kept for the next: making one forks this (large) process.
+_idle: list[int] = []
+_POOL = 64
 
 
 def _make_userns() -> int:
