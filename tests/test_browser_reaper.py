@@ -26,6 +26,7 @@ from conftest import CLI_ENV, TACKROOM, run_cli
 
 pytest.importorskip("miniwob")
 pytest.importorskip("selenium")
+from tackroom.core import owner  # noqa: E402
 from tackroom.records import RecordStore  # noqa: E402
 from tackroom.suites.miniwob import reaper  # noqa: E402
 
@@ -157,7 +158,7 @@ def test_reaper_kills_only_dead_runs_groups_and_spares_live_runs(tmp_path):
 
     def owned_by_dead(base: str, pgid: int, where: str | None = None) -> None:
         Path(base, reaper.OWNER_FILE).write_text(json.dumps(
-            {"pid": dead.pid, "start": dead_start, "where": where or reaper._where(),
+            {"pid": dead.pid, "start": dead_start, "where": where or owner.where(),
              "pgid": pgid}))
 
     orphan = browser_dir("orphan")       # dead owner, its browser still running

@@ -255,3 +255,38 @@ def test_the_docker_provider_gives_the_same_outcomes(imported, tmp_path):
                                        for e in store.episodes())
     assert outcomes["docker"] == outcomes["bubblewrap"]
     assert all(o == "success" for *_, o in outcomes["docker"])
+
+
+def test_mounts_of_a_killed_run_are_reaped(imported, tmp_path):
+    """A process killed (SIGKILL) with an episode's tree mounted leaves its mounts behind;
+    the next process to make a tree unmounts and deletes them. A live owner's are kept."""
+    import subprocess
+    import sys
+
+    from tackroom.images.overlay import EpisodeRoot, reap_stale_mounts
+
+    td = load_task(imported / "tasks" / "terminal" / "jq-count-items")
+    layers = [str(p) for p in prepare(td).image.layers]
+    script = ("import os, sys, signal; from pathlib import Path; "
+              "from tackroom.images.overlay import EpisodeRoot; "
+              f"r = EpisodeRoot([Path(p) for p in {layers!r}], 8); "
+              "print(r.path, flush=True); os.kill(os.getpid(), signal.SIGKILL)")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    merged = proc.stdout.strip()
+    assert proc.returncode == -9 and merged, proc.stderr
+
+    def mounted(path: str) -> bool:
+        return any(line.split()[4].startswith(path)
+                   for line in Path("/proc/self/mountinfo").read_text().splitlines())
+
+    assert mounted(merged)  # what SIGKILL left
+    with EpisodeRoot(prepare(td).image.layers, 8) as live:
+        # The next process's first tree reaps it.
+        nxt = subprocess.run([sys.executable, "-c", script.replace(
+            "os.kill(os.getpid(), signal.SIGKILL)", "r.close()")], capture_output=True,
+            text=True, timeout=120)
+        assert nxt.returncode == 0, nxt.stderr
+        assert not mounted(merged) and not Path(merged).parent.exists()
+        # A live owner's tree is left alone.
+        assert mounted(str(live.path)) and str(live.path.parent) not in reap_stale_mounts()

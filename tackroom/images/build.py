@@ -34,7 +34,6 @@ import os
 import shutil
 import subprocess
 import tarfile
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +45,7 @@ from tackroom.core.errors import InfraError, TackroomError
 from tackroom.images.bases import BaseSpec, UnmappedBase, resolve_base
 from tackroom.images.dockerfile import Copy, Run, User, Workdir, parse_dockerfile
 from tackroom.images.egress import BuildNetwork, host_ca_bundle
-from tackroom.images.overlay import bind, mount, overlay_options, unmount
+from tackroom.images.overlay import bind, mount, overlay_options, owned_mount_dir, unmount
 from tackroom.images.userns import IMAGE_UID, as_image_root, mapped_userns, require_root, shift_tree
 
 #: Marks a finished layer; holds its image's configuration.
@@ -256,8 +255,7 @@ def _build_layer(entry: Path, lowers: Sequence[Path], steps: Sequence[Step],
     log.touch()
     # The merged tree is mounted where the build's uid can reach it (the cache may be under
     # a home it cannot enter); what the steps share is bound into it by root, beforehand.
-    top = Path(tempfile.mkdtemp(prefix="tackroom-build-"))
-    os.chmod(top, 0o711)
+    top = owned_mount_dir("tackroom-build-")
     merged = top / "merged"
     merged.mkdir()
     mounts: list[Path] = []

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tackroom.core.errors import InfraError
+from tackroom.core.owner import orphaned, record_owner
 from tackroom.images.userns import IMAGE_UID, require_root
 
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 32, 4096
@@ -68,6 +69,57 @@ def overlay_options(lowers: Sequence[Path], upper: Path, work: Path) -> str:
             "index=off,redirect_dir=off,metacopy=off")
 
 
+#: Prefixes of the directories that hold tackroom's mounts (an episode's tree, a build's).
+MOUNT_DIRS = ("tackroom-root-", "tackroom-build-")
+_reaped = False
+
+
+def owned_mount_dir(prefix: str) -> Path:
+    """A fresh temporary directory for mounts, reachable (not listable) by the image's uid,
+    its owner recorded so that :func:`reap_stale_mounts` can undo it if this process dies."""
+    global _reaped
+    if not _reaped:  # once a process: what killed runs left behind
+        _reaped = True
+        reap_stale_mounts()
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(path, 0o711)
+    record_owner(str(path))
+    return path
+
+
+def _mounts_under(path: str) -> list[str]:
+    """Mount points at or below ``path``, deepest first (from /proc/self/mountinfo)."""
+    found = []
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4].encode().decode("unicode_escape")  # \040 for a space
+            if point == path or point.startswith(path + "/"):
+                found.append(point)
+    return sorted(found, key=len, reverse=True)
+
+
+def reap_stale_mounts(root: str | None = None) -> list[str]:
+    """Unmount and delete the mount directories of dead tackroom processes; those removed.
+
+    An episode killed with SIGKILL cannot unmount its tree; without this its
+    tmpfs (memory) and overlay would stay until reboot. A live owner's
+    directories, and those recorded in another boot or pid namespace, are left.
+    """
+    removed: list[str] = []
+    if os.geteuid() != 0:
+        return removed  # only root mounts these
+    root = root or tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            if entry.name.startswith(MOUNT_DIRS) and entry.is_dir(follow_symlinks=False) \
+                    and orphaned(entry.path) is not None:
+                for point in _mounts_under(entry.path):
+                    unmount(Path(point))
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+    return removed
+
+
 class EpisodeRoot:
     """One episode's root file system: the image's layers plus a writable upper layer.
 
@@ -78,8 +130,7 @@ class EpisodeRoot:
 
     def __init__(self, lowers: Sequence[Path], disk_mb: int) -> None:
         require_root("a task environment")
-        self._dir = Path(tempfile.mkdtemp(prefix="tackroom-root-"))
-        os.chmod(self._dir, 0o711)  # the sandbox's uid must reach the merged tree, not list it
+        self._dir = owned_mount_dir("tackroom-root-")
         self._rw = self._dir / "rw"
         self.path = self._dir / "merged"
         self._rw.mkdir()

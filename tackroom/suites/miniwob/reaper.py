@@ -28,7 +28,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import ctypes
-import json
 import os
 import queue
 import shutil
@@ -40,12 +39,14 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from tackroom.core import owner
+
 T = TypeVar("T")
 
 #: Prefix of every browser's temporary directory (profile and TMPDIR).
 PREFIX = "tackroom-chrome-"
 #: The file in that directory naming its owner: ``{"pid", "start", "where", "pgid"}``.
-OWNER_FILE = "owner.json"
+OWNER_FILE = owner.OWNER_FILE
 
 _PR_SET_PDEATHSIG = 1
 
@@ -111,50 +112,9 @@ class _Launcher:
 launch = _Launcher().call
 
 
-def _proc_state(pid: int) -> tuple[str, str] | None:
-    """(state, start time in clock ticks since boot) of ``pid`` from /proc; ``None`` if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()  # the name may hold spaces and ')'
-    except (OSError, IndexError):
-        return None
-    return fields[0].decode(), fields[19].decode()  # fields 3 and 22 of proc(5)
-
-
-def _alive(pid: Any, start: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    if start is None:  # no /proc where it was written: all we have is the pid
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        return True
-    state = _proc_state(pid)
-    return state is not None and state[0] != "Z" and state[1] == start
-
-
-def _where() -> str | None:
-    """This boot and pid namespace: pids recorded elsewhere (another container sharing
-    /tmp, another machine, a boot ago) mean nothing here, so such directories are left alone."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f"{f.read().strip()} {os.readlink('/proc/self/ns/pid')}"
-    except OSError:
-        return None
-
-
 def record_owner(base: str, pgid: int | None = None) -> None:
     """Write (atomically) that this process owns ``base`` and its browser's group ``pgid``."""
-    me = os.getpid()
-    state = _proc_state(me)
-    data = {"pid": me, "start": state[1] if state else None, "where": _where(), "pgid": pgid}
-    path = os.path.join(base, OWNER_FILE)
-    with open(path + ".new", "w") as f:
-        json.dump(data, f)
-    os.replace(path + ".new", path)
+    owner.record_owner(base, pgid=pgid)
 
 
 def make_browser_dir() -> str:
@@ -204,7 +164,6 @@ def reap_orphans(root: str | None = None) -> list[str]:
     root = root or tempfile.gettempdir()
     removed: list[str] = []
     uid = os.getuid() if hasattr(os, "getuid") else None
-    here = _where()
     try:
         entries = [e for e in os.scandir(root) if e.name.startswith(PREFIX)]
     except OSError:
@@ -213,14 +172,12 @@ def reap_orphans(root: str | None = None) -> list[str]:
         try:
             if not entry.is_dir(follow_symlinks=False) or uid not in (None, entry.stat().st_uid):
                 continue  # another user's: not ours to judge (and unreadable anyway)
-            with open(os.path.join(entry.path, OWNER_FILE)) as f:
-                owner = json.load(f)
-        except (OSError, ValueError):
+        except OSError:
             continue
-        if (not isinstance(owner, dict) or owner.get("where") != here
-                or _alive(owner.get("pid"), owner.get("start"))):
+        dead = owner.orphaned(entry.path)
+        if dead is None:
             continue
-        pgid = owner.get("pgid")
+        pgid = dead.get("pgid")
         if isinstance(pgid, int) and pgid > 1 and _group_is_ours(pgid, entry.path):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
