@@ -66,7 +66,12 @@ def tasks_import(directory: Annotated[Path, typer.Argument(
     from tackroom.core.errors import ConfigError
     from tackroom.images.docker import require_docker
     from tackroom.suites.terminal import BUILTIN, SANDBOXES
-    from tackroom.suites.terminal.importer import import_tasks, task_folders, task_store
+    from tackroom.suites.terminal.importer import (
+        ImportResult,
+        import_tasks,
+        task_folders,
+        task_store,
+    )
 
     if sandbox not in SANDBOXES:
         raise ConfigError(f"unknown sandbox {sandbox!r}", "--sandbox",
@@ -83,9 +88,9 @@ def tasks_import(directory: Annotated[Path, typer.Argument(
         def building(task_id: str, message: str) -> None:
             bar.update(len(done), stats=f"{task_id}: {message}")
 
-        def finished(r: object) -> None:
-            done.append(getattr(r, "id", ""))
-            bar.update(len(done), stats="")
+        def finished(r: ImportResult) -> None:
+            done.append(r.id)
+            bar.update(len(done), stats=f"{r.id}: {'imported' if r.imported else 'skipped'}")
 
         results = import_tasks(directory, builtin=builtin, check=check, on_task=finished,
                                on_start=start, progress=building, sandbox=sandbox)
