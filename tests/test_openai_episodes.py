@@ -1,13 +1,19 @@
-"""Episodes against a real OpenAI-compatible HTTP server on 127.0.0.1 with scripted replies."""
+"""Episodes against a real OpenAI-compatible HTTP server on 127.0.0.1 with scripted replies.
+
+Every test runs twice, once per wire client: the lean default and the SDK.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 
+import pytest
+
 from tackroom.core import Outcome, Sampling
 from tackroom.harness.spec import load_harness
-from tackroom.policies.openai_policy import OpenAIPolicy
+from tackroom.policies import openai_policy
+from tackroom.policies.openai_policy import CLIENTS, OpenAIPolicy
 from tackroom.records import RecordStore
 from tackroom.runner.grid import plan_grid, run_cells
 from tackroom.suites import get_suite
@@ -16,6 +22,13 @@ from tackroom.testing import Reply, ScriptedOpenAIServer, error, text, tool_call
 SUITE = get_suite("toy")
 TASK = next(t for t in SUITE.tasks() if t.id == "click-button")
 SECRET = "sk-episode-SECRET-0123456789"
+
+
+@pytest.fixture(autouse=True, params=CLIENTS)
+def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The wire client every policy built without ``client=`` gets in this test."""
+    monkeypatch.setattr(openai_policy, "DEFAULT_CLIENT", request.param)
+    return request.param
 
 
 def right_ref(seed: int) -> int:

@@ -1,4 +1,7 @@
-"""The ``openai`` policy against a real scripted server on 127.0.0.1 (real SDK, real HTTP)."""
+"""The ``openai`` policy against a real scripted server on 127.0.0.1 (real HTTP).
+
+Every test runs twice, once per wire client: the lean default and the SDK.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ from conftest import free_port
 
 from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
 from tackroom.core.policy import Policy, PolicyRequest, Sampling, ToolCall
-from tackroom.policies.openai_policy import OpenAIPolicy, make_openai_policy
+from tackroom.policies import make_policy, openai_policy
+from tackroom.policies.openai_policy import CLIENTS, OpenAIPolicy, make_openai_policy
 from tackroom.testing import Reply, ScriptedOpenAIServer, error, text, tool_call
 
 SECRET = "sk-test-SECRET-0123456789abcdef"
@@ -28,6 +32,16 @@ TOOLS = [{"type": "function", "function": {
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+
+@pytest.fixture(autouse=True, params=CLIENTS)
+def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The wire client every policy built without ``client=`` gets in this test."""
+    monkeypatch.setattr(openai_policy, "DEFAULT_CLIENT", request.param)
+    return request.param
 
 
 def fast_policy(base_url: str, **kw) -> OpenAIPolicy:
@@ -430,3 +444,136 @@ def test_a_url_given_is_never_replaced_by_the_default(monkeypatch: pytest.Monkey
             assert "openai:MODEL@http://host:port/v1" in e.line(), spec
         else:
             assert "api.openai.com" not in p.url, spec
+
+
+# ------------------------------------------------------------ the two clients
+async def test_default_client_and_choice(client: str) -> None:
+    with ScriptedOpenAIServer([text("one"), text("two")]) as srv:
+        async with fast_policy(srv.base_url) as default:
+            assert default.client == client and default.describe()["client"] == client
+            assert (await default.act(req())).text == "one"
+        other = "sdk" if client == "lean" else "lean"
+        async with make_policy(f"openai:scripted-model@{srv.base_url}", client=other) as chosen:
+            assert chosen.describe()["client"] == other
+            assert (await chosen.act(req())).text == "two"
+        # The same JSON goes over the wire either way.
+        assert srv.requests[0] == srv.requests[1]
+    with pytest.raises(PolicyError, match="unknown client"):
+        OpenAIPolicy("m", base_url="http://127.0.0.1:1/v1", client="curl")
+
+
+def test_a_proxy_in_the_environment_selects_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openai_policy, "DEFAULT_CLIENT", "lean")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert OpenAIPolicy("m", base_url="https://gpu.example/v1").client == "sdk"
+    assert OpenAIPolicy("m", base_url="http://gpu.example/v1").client == "lean"  # not http
+    monkeypatch.setenv("NO_PROXY", "gpu.example")
+    assert OpenAIPolicy("m", base_url="https://gpu.example/v1").client == "lean"
+
+
+async def test_connections_are_kept_alive_and_extra_body_wins() -> None:
+    with ScriptedOpenAIServer(default=text("ok")) as srv:
+        async with fast_policy(srv.base_url, extra_body={"top_k": 20, "top_p": 0.5}) as policy:
+            for _ in range(3):
+                assert (await policy.act(req())).text == "ok"
+            await asyncio.gather(*(policy.act(req()) for _ in range(4)))
+        assert [b["top_k"] for b in srv.requests] == [20] * 7
+        assert all(b["top_p"] == 0.5 for b in srv.requests)  # extra_body overrides sampling
+
+
+# ------------------------------------------------- the lean client's HTTP/1.1
+COMPLETION = json.dumps({"object": "chat.completion", "model": "m", "choices": [
+    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}]})
+
+
+class RawServer:
+    """Answers each request with the next raw bytes of ``replies`` (``close``: then hang up)."""
+
+    def __init__(self, replies: list[tuple[bytes, bool]]) -> None:
+        self.replies, self.heads, self.connections = list(replies), [], 0
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1"
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while self.replies:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                self.heads.append(head.decode())
+                raw, close = self.replies.pop(0)
+                writer.write(raw)
+                await writer.drain()
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+
+def http_reply(body: str, *, status: str = "200 OK", chunked: bool = False,
+               length: bool = True) -> bytes:
+    data = body.encode()
+    head = f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
+    if chunked:
+        mid = len(data) // 2
+        parts = [data[:mid], data[mid:]]
+        wire = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+        return (head + "transfer-encoding: chunked\r\n\r\n").encode() + wire
+    if length:
+        head += f"content-length: {len(data)}\r\n"
+    else:
+        head += "connection: close\r\n"
+    return (head + "\r\n").encode() + data
+
+
+async def test_lean_reads_chunked_and_read_to_close_bodies(client: str) -> None:
+    if client == "sdk":
+        pytest.skip("the lean client's own HTTP/1.1")
+    raw = RawServer([(http_reply(COMPLETION, chunked=True), False),
+                     (http_reply(COMPLETION), False),
+                     (http_reply(COMPLETION, length=False), True)])
+    async with raw as url:
+        async with OpenAIPolicy("m", base_url=url, client="lean", max_retries=0) as policy:
+            for _ in range(3):
+                assert (await policy.act(req())).text == "hi"
+    assert raw.connections == 1  # kept alive until the server closed it
+    assert raw.heads[0].startswith("POST /v1/chat/completions HTTP/1.1\r\n")
+    assert "Authorization: Bearer EMPTY" in raw.heads[0]
+
+
+async def test_lean_retries_a_kept_alive_connection_the_server_closed(client: str) -> None:
+    if client == "sdk":
+        pytest.skip("the lean client's own HTTP/1.1")
+    # The server closes after each reply without saying so: the next request on that
+    # connection finds it gone before any reply byte and goes once more, on a new one.
+    raw = RawServer([(http_reply(COMPLETION), True), (http_reply(COMPLETION), True)])
+    async with raw as url:
+        async with OpenAIPolicy("m", base_url=url, client="lean", max_retries=0) as policy:
+            assert (await policy.act(req())).text == "hi"
+            await asyncio.sleep(0.05)
+            assert (await policy.act(req())).text == "hi"
+    assert raw.connections == 2
+
+
+async def test_lean_chunked_error_body_is_cut_and_url_user_info_is_basic_auth(
+        client: str) -> None:
+    if client == "sdk":
+        pytest.skip("the lean client's own HTTP/1.1")
+    huge = '{"error": {"message": "' + "e" * (3 * 1024 * 1024) + '"}}'
+    raw = RawServer([(http_reply(huge, status="400 Bad Request", chunked=True), False)])
+    async with raw as url:
+        url = url.replace("http://", "http://user:pw%40x@")
+        async with OpenAIPolicy("m", base_url=url, client="lean", max_retries=0) as policy:
+            with pytest.raises(PolicyError) as ei:
+                await policy.act(req())
+    assert "HTTP 400" in ei.value.line() and len(ei.value.line()) < 1000
+    assert "Authorization: Basic dXNlcjpwd0B4\r\n" in raw.heads[0]  # user:pw@x
+    assert "pw" not in ei.value.line()

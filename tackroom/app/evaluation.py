@@ -122,7 +122,14 @@ def plan(suite: str | Suite = "toy", *, tasks: Sequence[str | Task] | None = Non
         [h if isinstance(h, HarnessSpec) else load_harness(h) for h in refs]
     n_policies = len(policies) if policies else 1
     check_grid_size(len(task_list) * len(specs_h) * n_policies * len(seeds_), max_episodes)
-    popts: dict[str, Any] = {"timeout": timeout, **dict(policy_options or {})}
+    if concurrency <= 0:
+        concurrency = the_suite.default_concurrency
+        if any(s.startswith("openai:") for s in specs):
+            concurrency = OPENAI_CONCURRENCY
+    # A server policy lets as many requests be in flight as the run has episodes (its own
+    # default, 16, would cap `-n 1024` at 16 calls at a time).
+    popts: dict[str, Any] = {"timeout": timeout, "max_concurrency": max(16, concurrency),
+                             **dict(policy_options or {})}
     if base_url:
         popts["base_url"] = base_url
     db_path = str(db.path) if isinstance(db, RecordStore) else (str(db) if db else None)
@@ -140,10 +147,6 @@ def plan(suite: str | Suite = "toy", *, tasks: Sequence[str | Task] | None = Non
     except BaseException:
         run_sync(lambda: close_policies(owned))
         raise
-    if concurrency <= 0:
-        concurrency = the_suite.default_concurrency
-        if any(s.startswith("openai:") for s in specs):
-            concurrency = OPENAI_CONCURRENCY
     grid = plan_grid(task_list, specs_h, built, seeds_, sampling)
     config = RunConfig(
         suite=the_suite.name, tasks=[t.id for t in task_list],

@@ -82,7 +82,8 @@ BACKENDS: dict[str, Backend] = {b.kind: b for b in (
     Backend("hf", "hf:MODEL_DIR[:ADAPTER_DIR]", True, _HF_OPTIONS, _hf),
     Backend("openai", "openai:MODEL[@BASE_URL]", True,
             frozenset({"base_url", "api_key", "timeout", "max_retries", "max_concurrency",
-                       "backoff_base", "backoff_max", "return_token_ids", "extra_body"}),
+                       "backoff_base", "backoff_max", "return_token_ids", "extra_body",
+                       "client"}),
             _openai),
     Backend("replay", "replay:RUN_ID[:POLICY]", True, frozenset(), _replay),
 )}
