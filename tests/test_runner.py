@@ -225,3 +225,36 @@ def test_tasks_a_harness_cannot_express_are_not_run(tmp_path):
         assert [(t.id, hh.name) for t, hh in plan.inexpressible] == [("enter-text", h.name)]
     finally:
         INTERFACES.pop("clicks_only")
+
+
+class AppendStore(ListStore):
+    """A store with ``append`` / ``flush`` (the runner's writer thread feeds it) that
+    refuses one episode, as a real store refuses one it cannot record."""
+
+    def __init__(self, refuse_seed: int | None = None) -> None:
+        super().__init__()
+        self.refuse_seed = refuse_seed
+        self.flushed = 0
+
+    def append(self, ep) -> None:
+        if ep.seed == self.refuse_seed:
+            raise ValueError(f"cannot record seed {ep.seed}")
+        self.episodes.append(ep)
+
+    def flush(self) -> None:
+        self.flushed += 1
+
+
+def test_the_writer_thread_records_every_episode_and_raises_what_the_store_refused():
+    import gc
+
+    plan = plan_grid([TASKS["click-button"]], [load_harness("som-tools")],
+                     [make_policy("expert")], range(6), Sampling())
+    threshold = gc.get_threshold()
+    store = AppendStore()
+    eps = run(plan.cells, concurrency=3, store=store)
+    assert sorted(e.episode_id for e in store.episodes) == sorted(e.episode_id for e in eps)
+    assert store.flushed >= 1 and gc.get_threshold() == threshold  # the run's GC undone
+    with pytest.raises(ValueError, match="cannot record seed 2"):
+        run(plan.cells, concurrency=3, store=AppendStore(refuse_seed=2))
+    assert gc.get_threshold() == threshold
