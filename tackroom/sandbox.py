@@ -37,7 +37,6 @@ the task directory with the same rlimits and timeouts but *no isolation*.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import os
 import random
@@ -55,15 +54,15 @@ from pathlib import Path
 
 from tackroom.core.actions import RunAgent
 from tackroom.core.errors import InfraError, TackroomError
+from tackroom.images.dockerfile import DOCKER_PATH
 from tackroom.images.egress import enter as enter_netns
+from tackroom.images.overlay import MS_NODEV, MS_NOSUID, mount, unmount
 from tackroom.images.userns import IMAGE_UID, as_image_root, mapped_userns
 
 #: Where the task directory appears inside the sandbox.
 TASK_PATH = "/task"
 #: The PATH commands see.
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: The PATH of a built environment (Docker's default, which images expect).
-IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Capabilities the root of a built environment keeps in its own namespace (Docker's
 #: default set): enough to chown, install and kill its own processes, nothing of the host's.
 IMAGE_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
@@ -73,8 +72,6 @@ IMAGE_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_
 OUTPUT_CAP = 1 << 20
 #: Sandbox uids are drawn from here; each sandbox gets its own (see module doc).
 _UID_RANGE = (200_000, 1_200_000)
-_MS_NOSUID, _MS_NODEV = 2, 4
-_MNT_DETACH = 2
 
 
 @dataclass(frozen=True)
@@ -202,10 +199,6 @@ def _parents(paths: list[str]) -> list[str]:
             if d not in out and not any(d == m or d.startswith(m + "/") for m in mounted):
                 out.append(d)
     return out
-
-
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
 
 
 def _tree_size(path: Path) -> int:
@@ -336,9 +329,9 @@ class Sandbox:
         """
         fd = os.open(self.workdir, os.O_RDONLY | os.O_DIRECTORY)
         opts = f"size={self.limits.disk_mb}m,mode=0755,uid={self.uid},gid={self.uid}"
-        libc = _libc()
-        if libc.mount(b"tmpfs", str(self.workdir).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
-                      opts.encode()) != 0:
+        try:
+            mount("tmpfs", self.workdir, opts, MS_NOSUID | MS_NODEV)
+        except InfraError:
             os.close(fd)
             return
         self._covered_fd = fd
@@ -361,7 +354,7 @@ class Sandbox:
                 _clear_dir(under)
                 shutil.copytree(self.workdir, under, symlinks=True, dirs_exist_ok=True)
         finally:
-            _libc().umount2(str(self.workdir).encode(), _MNT_DETACH)
+            unmount(self.workdir)
             os.close(fd)
 
     # -- running ----------------------------------------------------------------------
@@ -374,7 +367,7 @@ class Sandbox:
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         if self.root is not None:
-            return {"PATH": IMAGE_PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb",
+            return {"PATH": DOCKER_PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb",
                     "TMPDIR": "/tmp", **(extra or {})}
         env = {"PATH": SANDBOX_PATH, "HOME": self.task_path, "LANG": "C.UTF-8",
                "TERM": "dumb", "TMPDIR": "/tmp",

@@ -43,7 +43,7 @@ from typing import Any
 from tackroom.core.cache import cache_home, locked
 from tackroom.core.errors import InfraError, TackroomError
 from tackroom.images.bases import BaseSpec, UnmappedBase, resolve_base
-from tackroom.images.dockerfile import Copy, Run, User, Workdir, parse_dockerfile
+from tackroom.images.dockerfile import DOCKER_PATH, Copy, Run, User, Workdir, parse_dockerfile
 from tackroom.images.egress import BuildNetwork, host_ca_bundle
 from tackroom.images.overlay import bind, mount, overlay_options, owned_mount_dir, unmount
 from tackroom.images.userns import IMAGE_UID, as_image_root, mapped_userns, require_root, shift_tree
@@ -52,8 +52,6 @@ from tackroom.images.userns import IMAGE_UID, as_image_root, mapped_userns, requ
 DONE = "image.json"
 #: Seconds one build step (or mmdebstrap) may take.
 STEP_TIMEOUT_S = 1800
-#: Docker's default PATH, which the images' own programs expect.
-IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Where build steps see the host's CA bundle and the shared download caches.
 _RUN_DIR = "/run/tackroom-build"
 #: Format of the cache entries; bump it to rebuild everything.
@@ -326,7 +324,7 @@ def _run_step(step: Run, merged: Path, net: BuildNetwork, userns: int, log: Path
               base_env: Mapping[str, str], dockerfile: Path) -> None:
     # The proxy, and the host's CA bundle where _shared bound it: an intercepting proxy's CA
     # (this machine's egress has one) must be trusted inside.
-    env = {"PATH": IMAGE_PATH, "HOME": "/root", "LANG": "C.UTF-8", **base_env, **step.env,
+    env = {"PATH": DOCKER_PATH, "HOME": "/root", "LANG": "C.UTF-8", **base_env, **step.env,
            **net.env(ca_path=f"{_RUN_DIR}/ca.crt"), "PIP_CACHE_DIR": f"{_RUN_DIR}/pip"}
     args = [*as_image_root(), "bwrap", "--userns", str(userns), "--unshare-pid",
             "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session",

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 
 from tackroom.core.errors import ConfigError
 
-#: The PATH every Docker base image sets; ``ENV PATH=/x:$PATH`` extends it.
-DEFAULT_ENV: Mapping[str, str] = {
-    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+#: The PATH every Docker base image sets (and built environments' processes get).
+DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: What a Dockerfile starts with; ``ENV PATH=/x:$PATH`` extends it.
+DEFAULT_ENV: Mapping[str, str] = {"PATH": DOCKER_PATH}
 _ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar.zst")
 _IGNORED = {"EXPOSE", "LABEL", "VOLUME", "HEALTHCHECK", "STOPSIGNAL", "MAINTAINER", "ONBUILD"}
 _KNOWN = _IGNORED | {"FROM", "RUN", "CMD", "ENTRYPOINT", "ENV", "ARG", "ADD", "COPY", "WORKDIR",

@@ -23,7 +23,7 @@ from tackroom.core.errors import InfraError
 from tackroom.core.owner import orphaned, record_owner
 from tackroom.images.userns import IMAGE_UID, require_root
 
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 32, 4096
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
 _MNT_DETACH = 2
 
 
@@ -54,9 +54,9 @@ def bind(source: Path, target: Path, *, read_only: bool = False) -> None:
     else:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.touch(exist_ok=True)
-    mount("none", target, "", _MS_BIND, source=source)
+    mount("none", target, "", MS_BIND, source=source)
     if read_only:
-        mount("none", target, "", _MS_BIND | _MS_REMOUNT | _MS_RDONLY, source=source)
+        mount("none", target, "", MS_BIND | MS_REMOUNT | MS_RDONLY, source=source)
 
 
 def overlay_options(lowers: Sequence[Path], upper: Path, work: Path) -> str:
@@ -137,7 +137,7 @@ class EpisodeRoot:
         self.path.mkdir()
         self._mounted: list[Path] = []
         try:
-            mount("tmpfs", self._rw, f"size={max(1, disk_mb)}m,mode=0755", _MS_NOSUID | _MS_NODEV)
+            mount("tmpfs", self._rw, f"size={max(1, disk_mb)}m,mode=0755", MS_NOSUID | MS_NODEV)
             self._mounted.append(self._rw)
             (self._rw / "upper").mkdir()
             (self._rw / "work").mkdir()
