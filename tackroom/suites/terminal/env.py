@@ -43,10 +43,9 @@ from tackroom.images.build import resolve_inside
 from tackroom.images.docker import Container, DockerSandbox
 from tackroom.images.egress import loopback_namespace
 from tackroom.images.overlay import EpisodeRoot
-from tackroom.images.testdeps import split_test_script
 from tackroom.sandbox import CommandResult, Limits, Sandbox, kill, run_agent
 from tackroom.suites.terminal.compose import Service
-from tackroom.suites.terminal.environment import TEST_SCRIPTS, Prepared, prepare
+from tackroom.suites.terminal.environment import Prepared, prepare, split_tests
 from tackroom.suites.terminal.shell_session import KEYS, ShellSession
 from tackroom.suites.terminal.taskdir import TaskDir
 
@@ -376,20 +375,15 @@ class TerminalEnv:
     def _install_test_tools(self, tests: Path) -> None:
         """With Docker: the tests' own installs, run in the container with network, first."""
         assert self.container is not None
-        install = []
-        for name in TEST_SCRIPTS:
-            if (tests / name).is_file():
-                split = split_test_script((tests / name).read_text(errors="replace"))
-                if split.installs:
-                    (tests / name).write_text(split.verify)
-                    install.append(split.install)
+        scripts, install, _ = split_tests(tests)
         if not install:
             return
+        for name, text in scripts.items():
+            (tests / name).write_text(text)
         with self.container.online(), \
                 self._sandbox(Limits(wall_s=600, memory_mb=max(self.td.memory_mb, 1024)),
                               {"/tests": tests}) as box:
-            res = box.run("set -e\n" + "\n".join(install), env={**self._env(),
-                                                               "TEST_DIR": "/tests"})
+            res = box.run(install, env={**self._env(), "TEST_DIR": "/tests"})
         if res.exit_code != 0:
             raise InfraError(f"the tests' installs failed (exit {res.exit_code}): "
                              f"{res.output(300)!r}", str(self.td.tests), "check the test script")

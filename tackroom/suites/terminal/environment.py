@@ -39,6 +39,24 @@ class Prepared:
         return self.image.built or self.verify.built
 
 
+def split_tests(tests: Path) -> tuple[dict[str, str], str, tuple[str, ...]]:
+    """The test scripts in ``tests`` without their installs (only those that had some), the
+    installs as one script (``set -e``; empty when none), and the installs one by one."""
+    scripts: dict[str, str] = {}
+    install: list[str] = []
+    installs: list[str] = []
+    for name in TEST_SCRIPTS:
+        path = tests / name
+        if not path.is_file():
+            continue
+        split = split_test_script(path.read_text(errors="replace"))
+        if split.installs:
+            scripts[name] = split.verify
+            install.append(split.install)
+            installs += split.installs
+    return scripts, ("set -e\n" + "\n".join(install) if install else ""), tuple(installs)
+
+
 _lock = threading.Lock()
 _prepared: dict[Path, Prepared] = {}
 
@@ -50,21 +68,9 @@ def prepare(td: TaskDir, progress: Progress | None = None) -> Prepared:
         if td.path in _prepared:
             return _prepared[td.path]
         image = build_image(td.dockerfile, td.dockerfile.parent, progress=progress)
-        scripts: dict[str, str] = {}
-        install: list[str] = []
-        installs: list[str] = []
-        for name in TEST_SCRIPTS:
-            path = td.tests / name
-            if not path.is_file():
-                continue
-            split = split_test_script(path.read_text(errors="replace"))
-            if split.installs:
-                scripts[name] = split.verify
-                install.append(split.install)
-                installs += split.installs
-        script = "set -e\n" + "\n".join(install) if install else ""
+        scripts, script, installs = split_tests(td.tests)
         verify = with_tests_layer(image, script, td.tests, env={**td.env, "TEST_DIR": "/tests"},
                                   progress=progress)
-        done = Prepared(image, verify, scripts, tuple(installs))
+        done = Prepared(image, verify, scripts, installs)
         _prepared[td.path] = done
         return done
