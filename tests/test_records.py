@@ -524,6 +524,17 @@ V1_DDL = [
 ]
 
 
+def store_whole_messages(con: duckdb.DuckDBPyConnection, episodes: list[Episode], *,
+                         keyed_by_run: bool = True) -> None:
+    """Give every turn row its whole message list, as stores before version 5 did."""
+    key = "run_id = ? AND episode_id = ?" if keyed_by_run else "episode_id = ?"
+    for ep in episodes:
+        for t in ep.turns:
+            ids = [ep.run_id, ep.episode_id] if keyed_by_run else [ep.episode_id]
+            con.execute(f"UPDATE turns SET messages = ? WHERE {key} AND idx = ?",
+                        [json.dumps(t.messages, ensure_ascii=False), *ids, t.index])
+
+
 def table_layout(path: Path) -> tuple[list, list]:
     """The columns and constraints of ``episodes`` and ``turns``."""
     con = duckdb.connect(str(path), read_only=True)
@@ -560,13 +571,16 @@ def test_migrates_a_version_1_store(tmp_path: Path) -> None:
     con.execute("INSERT INTO runs BY NAME SELECT * EXCLUDE (owner_host, owner_pid, heartbeat_at) "
                 "FROM fresh.runs")
     con.execute("INSERT INTO episodes BY NAME SELECT * EXCLUDE (failure_mode) FROM fresh.episodes")
-    con.execute("INSERT INTO turns BY NAME SELECT * EXCLUDE (run_id) FROM fresh.turns")
+    con.execute("INSERT INTO turns BY NAME SELECT * EXCLUDE (run_id, messages_from) "
+                "FROM fresh.turns")
+    store_whole_messages(con, episodes, keyed_by_run=False)
     con.close()
 
     with pytest.raises(RecordStoreError, match="old schema version 1"):
         RecordStore(old, read_only=True)
     with RecordStore(old) as store:  # migrates
-        assert store.query("SELECT schema_version FROM meta") == [{"schema_version": 4}]
+        assert store.query("SELECT schema_version FROM meta") == [
+            {"schema_version": SCHEMA_VERSION}]
         for ep in episodes:
             assert store.load_episode(ep.episode_id, run_id=ep.run_id) == ep
         assert store.query("SELECT run_id, count(*) AS n FROM turns GROUP BY ALL "
@@ -579,7 +593,7 @@ def test_migrates_a_version_1_store(tmp_path: Path) -> None:
         assert store.load_episode(again.episode_id, run_id="run-c") == again
     # The migrated tables are exactly what a new store creates.
     assert table_layout(old) == table_layout(fresh)
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
 
 
 def test_train_steps_are_recorded_and_a_resumed_step_replaces_its_row(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from tackroom.core.episode import Episode, Turn
 from tackroom.core.errors import ConfigError
-from tackroom.records.rows import to_json
+from tackroom.records.rows import full_messages, to_json
 from tackroom.records.store import RecordStore
 
 __all__ = ["export_jsonl", "export_parquet", "export_atif", "episode_to_atif", "episode_dict",
@@ -159,7 +159,8 @@ _TURN_STRUCT = """struct_pack(
     adapter := t.adapter,
     t_policy := t.t_policy,
     t_env := t.t_env,
-    t_harness := t.t_harness)"""
+    t_harness := t.t_harness,
+    messages_from := t.messages_from)"""
 
 # ``k``: the (run_id, episode_id) records of one batch, from two parallel lists.
 _PARQUET_SQL = f"""
@@ -203,7 +204,8 @@ def export_parquet(store: RecordStore, run_id: str | None, path: str | Path, *,
         # One pass even when there are no episodes, to write a typed empty file.
         for start in range(0, max(len(keys), 1), batch_size):
             chunk = keys[start:start + batch_size]
-            table = store.arrow(_PARQUET_SQL, [[k[0] for k in chunk], [k[1] for k in chunk]])
+            table = _whole_messages(
+                store.arrow(_PARQUET_SQL, [[k[0] for k in chunk], [k[1] for k in chunk]]))
             if schema is None:
                 schema = _parquet_schema(table.schema)
                 writer = pq.ParquetWriter(tmp, schema)
@@ -221,6 +223,27 @@ def export_parquet(store: RecordStore, run_id: str | None, path: str | Path, *,
             writer.close()
         tmp.unlink(missing_ok=True)
     return n
+
+
+def _whole_messages(table: pa.Table) -> pa.Table:
+    """Each turn's ``messages`` as the whole list it saw, not the stored delta.
+
+    The stored text is kept as it is where it is the whole list; a rebuilt
+    list is written by the same JSON encoder that wrote the stored text, so
+    the export reads exactly as it did when every turn stored its list.
+    """
+    column = table.schema.field("turns").type.value_type
+    turn_type = pa.struct([f for f in column if f.name != "messages_from"])
+    episodes = table.column("turns").to_pylist()
+    for episode_id, turns in zip(table.column("episode_id").to_pylist(), episodes, strict=True):
+        rows = [{"idx": t["index"], "messages": t["messages"],
+                 "messages_from": t.pop("messages_from"), "episode_id": episode_id}
+                for t in turns]
+        for t, row, full in zip(turns, rows, full_messages(rows), strict=True):
+            if row["messages_from"] is not None:
+                t["messages"] = to_json(full)
+    return table.set_column(table.schema.get_field_index("turns"), "turns",
+                            pa.array(episodes, type=pa.list_(turn_type)))
 
 
 def _parquet_schema(schema: pa.Schema) -> pa.Schema:

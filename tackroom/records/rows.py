@@ -13,13 +13,14 @@ import dataclasses
 import enum
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
 from tackroom.core.episode import Episode, Outcome, Turn
+from tackroom.records.deltas import decode, encode
 from tackroom.records.schema import (
     DERIVED_EPISODE_FIELDS,
     EPISODE_FIELDS,
@@ -28,8 +29,8 @@ from tackroom.records.schema import (
 from tackroom.records.secrets import may_hold_secret, scrub, scrub_text
 
 __all__ = [
-    "to_json", "scrubbed_json", "scrubbed_text", "episode_row", "turn_row", "arrow_table",
-    "loads", "turn_from_row", "episode_from_row", "parse_episode_json", "one", "fetch_dicts",
+    "to_json", "scrubbed_json", "scrubbed_text", "episode_row", "turn_rows", "arrow_table",
+    "loads", "full_messages", "turns_from_rows", "episode_from_row", "parse_episode_json", "one", "fetch_dicts",
     "where_clause",
 ]
 
@@ -141,13 +142,28 @@ def episode_row(ep: Episode, now: float) -> dict[str, Any]:
     }
 
 
-def turn_row(run_id: str, episode_id: str, turn: Turn) -> dict[str, Any]:
-    """The ``turns`` row of one turn of episode ``(run_id, episode_id)`` (scrubbed)."""
+def turn_rows(ep: Episode) -> list[dict[str, Any]]:
+    """The ``turns`` rows of ``ep`` (scrubbed), each turn's messages stored as a
+    delta of the turn before (:mod:`tackroom.records.deltas`)."""
+    rows: list[dict[str, Any]] = []
+    base: Turn | None = None
+    for turn in sorted(ep.turns, key=lambda t: t.index):
+        delta = None if base is None else encode(base.messages, turn.messages)
+        rows.append(_turn_row(ep.run_id, ep.episode_id, turn,
+                              turn.messages if delta is None else delta,
+                              None if delta is None else base.index))
+        base = turn
+    return rows
+
+
+def _turn_row(run_id: str, episode_id: str, turn: Turn, messages: list[Any],
+              messages_from: int | None) -> dict[str, Any]:
     return {
         "run_id": run_id,
         "episode_id": episode_id,
         "idx": int(turn.index),
-        "messages": scrubbed_json(turn.messages),
+        "messages": scrubbed_json(messages),
+        "messages_from": messages_from,
         "raw_text": scrubbed_text(turn.raw_text),
         "tool_calls": scrubbed_json(turn.tool_calls),
         "parse_error": scrubbed_text(turn.parse_error),
@@ -189,11 +205,38 @@ def loads(value: Any, default: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def turn_from_row(row: Mapping[str, Any]) -> Turn:
-    """The :class:`Turn` of a ``turns`` row."""
+def full_messages(rows: Iterable[Mapping[str, Any]]) -> Iterator[list[Any]]:
+    """The whole message list of each of one episode's ``turns`` rows, in index order.
+
+    A row's ``messages`` is the list itself when ``messages_from`` is ``NULL``
+    (the first turn, and rows of stores before schema version 5), else a delta
+    of turn ``messages_from``'s messages.
+    """
+    seen: dict[int, list[Any]] = {}
+    for row in rows:
+        stored = loads(row["messages"], [])
+        base = row.get("messages_from")
+        if base is None:
+            full = stored
+        elif base in seen:
+            full = decode(stored, seen[base])
+        else:
+            raise ValueError(f"turn {row['idx']} of episode {row['episode_id']!r} is stored "
+                             f"as a delta of turn {base}, which is missing")
+        seen[row["idx"]] = full
+        yield full
+
+
+def turns_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[Turn]:
+    """The :class:`Turn` objects of one episode's ``turns`` rows (in index order)."""
+    return [_turn_from_row(row, messages) for row, messages in zip(rows, full_messages(rows),
+                                                                    strict=True)]
+
+
+def _turn_from_row(row: Mapping[str, Any], messages: list[Any]) -> Turn:
     return Turn(
         index=row["idx"],
-        messages=loads(row["messages"], []),
+        messages=messages,
         raw_text=row["raw_text"],
         tool_calls=loads(row["tool_calls"], []),
         parse_error=row["parse_error"],

@@ -1,6 +1,6 @@
 """The record store's tables: their columns, the DDL, and the migrations.
 
-Schema version 4 (:data:`SCHEMA_VERSION`) has five tables. Times are Unix
+Schema version 5 (:data:`SCHEMA_VERSION`) has five tables. Times are Unix
 seconds (``DOUBLE``), like the times on :class:`~tackroom.core.episode.Episode`;
 ``JSON`` columns hold scrubbed JSON text (see :mod:`tackroom.records.secrets`)::
 
@@ -28,8 +28,12 @@ seconds (``DOUBLE``), like the times on :class:`~tackroom.core.episode.Episode`;
           parse_error, feedback, actions JSON, action_error, observation,
           reward, prompt_tokens, completion_tokens, token_ids INTEGER[],
           logprobs DOUBLE[], adapter, t_policy, t_env, t_harness,
-          PK (run_id, episode_id, idx))
-        one row per model call: the exact messages the model saw, what it
+          messages_from, PK (run_id, episode_id, idx))
+        one row per model call: the exact messages the model saw — each
+        message stored once: ``messages`` is a delta of turn
+        ``messages_from``'s messages (:mod:`tackroom.records.deltas`; the whole
+        list when ``messages_from`` is NULL, as for a first turn), so read
+        turns through the store or the exports, which rebuild them — what it
         wrote (text, tool calls), why that could not be parsed, the feedback
         shown, the actions sent and the environment's rejection, the next
         observation, reward, token counts, the completion's token ids and
@@ -42,7 +46,7 @@ Join ``turns`` to ``episodes`` on ``(run_id, episode_id)``.
 A file with an older ``schema_version`` is migrated in place when opened for
 writing (:func:`migrate`, one transaction: 1→2 re-keyed episodes and turns by
 run, 2→3 added ``episodes.failure_mode`` and ``train_steps``, 3→4 the run's owner
-and heartbeat); a newer one is
+and heartbeat, 4→5 stored each turn's messages as a delta); a newer one is
 refused. To change a table: bump :data:`SCHEMA_VERSION`, change the column
 lists here and add the step to :data:`MIGRATIONS`.
 """
@@ -50,7 +54,7 @@ lists here and add the step to :data:`MIGRATIONS`.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import duckdb
 import pyarrow as pa
@@ -66,7 +70,7 @@ __all__ = [
 
 #: Version of the table layout this code writes. Bump it and add a migration
 #: to ``MIGRATIONS`` whenever a table changes.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: The values of ``runs.status``.
 RUN_STATUSES = ("running", "finished", "interrupted")
@@ -138,6 +142,8 @@ TURN_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("t_policy", "DOUBLE", pa.float64()),
     ("t_env", "DOUBLE", pa.float64()),
     ("t_harness", "DOUBLE", pa.float64()),
+    # ``messages`` is a delta of this turn's messages (NULL: the whole list).
+    ("messages_from", "INTEGER", pa.int32()),
 ]
 
 EPISODE_SCHEMA = pa.schema([(name, typ) for name, _, typ in EPISODE_COLUMNS])
@@ -224,9 +230,60 @@ _V3_TO_V4 = [
     "ALTER TABLE runs ADD COLUMN heartbeat_at DOUBLE",
 ]
 
-#: ``MIGRATIONS[v]`` turns a version-``v`` store into a version-``v+1`` one.
+
+
+def _turns_as_deltas(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 5 stores each turn's messages as a delta of the turn before.
+
+    Reads the whole lists one batch of episodes at a time (so memory stays
+    bounded on big stores), encodes them as :func:`~tackroom.records.rows.turn_rows`
+    does, and writes the deltas back. The stored lists are already scrubbed.
+    """
+    import json
+
+    from tackroom.records.deltas import encode
+
+    con.execute("ALTER TABLE turns ADD COLUMN messages_from INTEGER")
+    keys = con.execute("SELECT DISTINCT run_id, episode_id FROM turns "
+                       "WHERE messages IS NOT NULL ORDER BY ALL").fetchall()
+    con.execute("CREATE TEMP TABLE _deltas (run_id TEXT, episode_id TEXT, idx INTEGER, "
+                "messages JSON, messages_from INTEGER)")
+    for start in range(0, len(keys), _MIGRATE_BATCH):
+        chunk = keys[start:start + _MIGRATE_BATCH]
+        rows = con.execute(
+            "WITH k AS (SELECT unnest(?::VARCHAR[]) AS run_id, unnest(?::VARCHAR[]) AS episode_id) "
+            "SELECT t.run_id, t.episode_id, t.idx, CAST(t.messages AS VARCHAR) FROM turns t "
+            "JOIN k USING (run_id, episode_id) ORDER BY t.run_id, t.episode_id, t.idx",
+            [[k[0] for k in chunk], [k[1] for k in chunk]]).fetchall()
+        out: list[tuple[str, str, int, str, int]] = []
+        base: tuple[str, str, int, list] | None = None
+        for run_id, episode_id, idx, text in rows:
+            messages = json.loads(text) if text is not None else []
+            if base is not None and base[:2] == (run_id, episode_id):
+                delta = encode(base[3], messages)
+                if delta is not None:
+                    out.append((run_id, episode_id, idx,
+                                json.dumps(delta, ensure_ascii=False), base[2]))
+            base = (run_id, episode_id, idx, messages)
+        if out:
+            batch = pa.table([pa.array(col) for col in zip(*out, strict=True)],
+                             names=["run_id", "episode_id", "idx", "messages", "messages_from"])
+            con.register("_delta_batch", batch)
+            con.execute("INSERT INTO _deltas SELECT * FROM _delta_batch")
+            con.unregister("_delta_batch")
+    con.execute("UPDATE turns SET messages = d.messages, messages_from = d.messages_from "
+                "FROM _deltas d WHERE turns.run_id = d.run_id "
+                "AND turns.episode_id = d.episode_id AND turns.idx = d.idx")
+    con.execute("DROP TABLE _deltas")
+
+
+_MIGRATE_BATCH = 256
+
+#: ``MIGRATIONS[v]`` turns a version-``v`` store into a version-``v+1`` one:
+#: SQL statements, or functions of the connection for what SQL cannot say.
 #: The steps run in one transaction with the ``meta`` update.
-MIGRATIONS: dict[int, list[str]] = {1: _V1_TO_V2, 2: _V2_TO_V3, 3: _V3_TO_V4}
+MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], None]]] = {
+    1: _V1_TO_V2, 2: _V2_TO_V3, 3: _V3_TO_V4, 4: [_turns_as_deltas]}
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection, where: str, read_only: bool) -> None:
@@ -292,8 +349,11 @@ def migrate(con: duckdb.DuckDBPyConnection, version: int, where: str) -> None:
                 raise RecordStoreError(
                     f"no migration from schema version {version}", where,
                     "open it with the tackroom version that wrote it and export it")
-            for sql in steps:
-                con.execute(sql)
+            for step in steps:
+                if callable(step):
+                    step(con)
+                else:
+                    con.execute(step)
             version += 1
         con.execute("UPDATE meta SET schema_version = ?", [version])
         con.commit()

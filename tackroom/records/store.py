@@ -4,7 +4,7 @@ The store is the spine that every later stage reads (training, analysis,
 reports, exports). The file is at :data:`DEFAULT_PATH`
 (``./tackroom-runs/tackroom.duckdb``) unless a path is given; the command
 line and other callers take theirs from :func:`default_db`, which honours
-``$TACKROOM_DB``. Schema version 4 has five tables — ``meta``, ``runs``,
+``$TACKROOM_DB``. Schema version 5 has five tables — ``meta``, ``runs``,
 ``episodes``, ``turns`` and ``train_steps`` — whose columns are described
 in :mod:`tackroom.records.schema`; a store with an older schema version is
 migrated when opened for writing, a newer one is refused. Times are Unix
@@ -63,8 +63,8 @@ from tackroom.records.rows import (
     parse_episode_json,
     scrubbed_json,
     scrubbed_text,
-    turn_from_row,
-    turn_row,
+    turn_rows,
+    turns_from_rows,
     where_clause,
 )
 from tackroom.records.schema import (
@@ -404,18 +404,16 @@ class RecordStore:
         now = time.time()
         # Convert (and so validate) here, in the caller's thread, so that bad
         # data fails this call rather than a later background commit.
-        rows = [(episode_row(ep, now),
-                 [turn_row(ep.run_id, ep.episode_id, t) for t in ep.turns])
-                for ep in episodes]
+        rows = [(episode_row(ep, now), turn_rows(ep)) for ep in episodes]
         with self._cond:
             if self._closing:
                 self._db()  # raises: closed
             if not self._pending:
                 self._pending_since = time.monotonic()
-            for ep_row, turn_rows in rows:
+            for ep_row, turns in rows:
                 key = (ep_row["run_id"], ep_row["episode_id"])
                 self._pending.pop(key, None)  # the newest write wins
-                self._pending[key] = (ep_row, turn_rows)
+                self._pending[key] = (ep_row, turns)
             now_please = self.commit_interval <= 0 or len(self._pending) >= self.max_pending
             if not now_please:
                 self._start_flusher()
@@ -662,7 +660,7 @@ class RecordStore:
             row = fetch_dicts(self._db().execute(
                 "SELECT * FROM episodes WHERE run_id = ? AND episode_id = ?", [rid, full]))[0]
             turns = self._turn_rows([(rid, full)])
-        return episode_from_row(row, [turn_from_row(t) for t in turns])
+        return episode_from_row(row, turns_from_rows(turns))
 
     def turns(self, episode_id: str, run_id: str | None = None) -> list[Turn]:
         """The turns of one episode (id or unique prefix), in order.
@@ -671,7 +669,7 @@ class RecordStore:
         """
         with self._db_lock:
             full, rid = self._resolve(episode_id, run_id)
-            return [turn_from_row(t) for t in self._turn_rows([(rid, full)])]
+            return turns_from_rows(self._turn_rows([(rid, full)]))
 
     def iter_episodes(self, run_id: str | None = None, *, batch_size: int = 256,
                       **filters: Any) -> Iterator[Episode]:
@@ -705,13 +703,13 @@ class RecordStore:
         for start in range(0, len(rows), batch_size):
             chunk = rows[start:start + batch_size]
             with self._db_lock:
-                turn_rows = self._turn_rows([(r["run_id"], r["episode_id"]) for r in chunk])
-            by_episode: dict[tuple[str, str], list[Turn]] = {}
-            for t in turn_rows:
-                by_episode.setdefault((t["run_id"], t["episode_id"]), []).append(
-                    turn_from_row(t))
+                rows_of_turns = self._turn_rows([(r["run_id"], r["episode_id"]) for r in chunk])
+            by_episode: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            for t in rows_of_turns:
+                by_episode.setdefault((t["run_id"], t["episode_id"]), []).append(t)
             for r in chunk:
-                yield episode_from_row(r, by_episode.get((r["run_id"], r["episode_id"]), []))
+                yield episode_from_row(r, turns_from_rows(
+                    by_episode.get((r["run_id"], r["episode_id"]), [])))
 
     def _turn_rows(self, keys: list[tuple[str, str]]) -> list[dict[str, Any]]:
         """Turn rows of the ``(run_id, episode_id)`` records, by record then index."""
