@@ -18,7 +18,13 @@ SDK) and each ``-n``, a fresh process runs ``tackroom.evaluate`` with
   run's start, after planning and the server check, to its end);
 * client CPU per call: the process's user + system CPU over the run / calls
   (everything: runner, harness, environments, record store, the client);
-* peak memory: the process's ``ru_maxrss``.
+* peak memory: the process's ``ru_maxrss``, and per episode in flight (``KiB/ep``):
+  (peak − the resident memory when the run started) / ``n``. At small ``n`` that is
+  mostly the run's fixed costs, so the lines under the table give the slope between
+  rows, what one more episode in flight costs: it stays the same with more
+  ``--rounds`` when finished episodes are let go;
+* threads: the most threads the process had while episodes finished (no thread per
+  episode: it stays flat as ``n`` grows).
 
 Usage: .venv/bin/python bench/concurrency.py [--n 64,256,1024] [--clients lean,sdk]
        [--latency 0.5] [--rounds 2]
@@ -167,20 +173,33 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _rss_mib() -> float:
+    """Resident memory of this process now (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except OSError:
+        return 0.0
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def one(client: str, n: int, base_url: str, rounds: int) -> dict[str, Any]:
     """Run the grid for one client and ``n`` in this process; what the table shows."""
+    import threading
+
     import tackroom
 
     calls = 0
+    threads = 0
     outcomes: dict[str, int] = {}
-    started: list[tuple[float, float]] = []
+    started: list[tuple[float, float, float]] = []
 
     def on_start(_start: Any) -> None:
-        started.append((time.perf_counter(), _cpu()))
+        started.append((time.perf_counter(), _cpu(), _rss_mib()))
 
     def on_episode(ep: Any) -> None:
-        nonlocal calls
+        nonlocal calls, threads
         calls += ep.n_turns
+        threads = max(threads, threading.active_count())
         outcomes[ep.outcome.value] = outcomes.get(ep.outcome.value, 0) + 1
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -193,7 +212,7 @@ def one(client: str, n: int, base_url: str, rounds: int) -> dict[str, Any]:
         wall, cpu = time.perf_counter() - started[0][0], _cpu() - started[0][1]
     return {"client": client, "n": n, "calls": calls, "wall_s": wall, "cpu_s": cpu,
             "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "outcomes": outcomes}
+            "start_rss_mib": started[0][2], "threads": threads, "outcomes": outcomes}
 
 
 def _steady_rate(times: list[float], n: int) -> float:
@@ -258,16 +277,23 @@ def main() -> None:
           "(first and last turn left out)")
     print(f"{'client':<7}{'n':>6}{'calls':>7}{'wall s':>8}{'ideal/s':>8}{'run/s':>8}"
           f"{'of ideal':>9}{'steady/s':>9}{'of ideal':>9}{'CPU ms/call':>12}{'peak MiB':>9}"
-          f"{'server ms/call':>15}")
+          f"{'KiB/ep':>7}{'threads':>8}{'server ms/call':>15}")
     for r in rows:
         ideal = r["n"] / a.latency
         rate = r["calls"] / r["wall_s"]
         steady = r["steady_rate"]
+        per_ep = 1024 * (r["maxrss_mib"] - r["start_rss_mib"]) / r["n"]
         print(f"{r['client']:<7}{r['n']:>6}{r['calls']:>7}{r['wall_s']:>8.2f}{ideal:>8.0f}"
               f"{rate:>8.1f}{rate / ideal:>9.2f}{steady:>9.1f}{steady / ideal:>9.2f}"
               f"{1000 * r['cpu_s'] / r['calls']:>12.3f}{r['maxrss_mib']:>9.0f}"
-              f"{1000 * r['server_cpu_s'] / r['calls']:>15.3f}")
+              f"{per_ep:>7.0f}{r['threads']:>8}{1000 * r['server_cpu_s'] / r['calls']:>15.3f}")
     by = {(r["client"], r["n"]): r for r in rows}
+    for client in a.clients.split(","):
+        mine = sorted((r for r in rows if r["client"] == client), key=lambda r: r["n"])
+        for lo, hi in zip(mine, mine[1:], strict=False):
+            # The run's fixed costs cancel out: what each extra episode in flight costs.
+            extra = 1024 * (hi["maxrss_mib"] - lo["maxrss_mib"]) / (hi["n"] - lo["n"])
+            print(f"{client} n={lo['n']}→{hi['n']}: {extra:.0f} KiB per extra episode in flight")
     for n in ns:
         if ("lean", n) in by and ("sdk", n) in by:
             lean, sdk = by[("lean", n)], by[("sdk", n)]

@@ -221,8 +221,9 @@ async def _record(plan_: RunPlan, store: RecordStore, run_id: str, resume: bool,
     status = "interrupted"
     try:
         if not use_ray or not cells:
+            # keep=False: the episodes are in the store; memory stays per episode in flight.
             await run_cells(cells, plan_.suite, run_id, store=store,
-                            concurrency=cfg.concurrency, on_episode=on_episode)
+                            concurrency=cfg.concurrency, on_episode=on_episode, keep=False)
         else:
             from tackroom.runner.ray_workers import ray_executor
 
@@ -233,7 +234,7 @@ async def _record(plan_: RunPlan, store: RecordStore, run_id: str, resume: bool,
                     on_note(ex.describe())
                 await run_cells(cells, plan_.suite, run_id, store=store,
                                 concurrency=cfg.concurrency, on_episode=on_episode,
-                                executor=ex)
+                                executor=ex, keep=False)
         status = "finished"
     finally:
         store.finish_run(run_id, status)

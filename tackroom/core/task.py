@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 from collections.abc import AsyncIterator
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -134,7 +137,15 @@ class Expert(Protocol):
 
 
 class SimplePool:
-    """A pool for cheap in-process environments: one new environment per episode."""
+    """A pool for environments made per episode: a new one for each ``acquire``.
+
+    It bounds nothing (``size`` is only reported): in-process environments
+    (toy) cost a few objects each, and sandboxes (terminal, code) start per
+    episode, so as many may be live as episodes are in flight. What bounds the
+    machine's work is :data:`ENV_EXECUTOR`, the run's threads for blocking
+    environment calls. A blocking environment is closed there too, since
+    tearing down a sandbox would otherwise hold the event loop.
+    """
 
     def __init__(self, factory: Any, size: int) -> None:
         self._factory = factory
@@ -146,14 +157,23 @@ class SimplePool:
         try:
             yield env
         finally:
-            env.close()
+            await call_env(env, env.close)
 
     async def aclose(self) -> None:
         return None
 
 
+#: Where :func:`call_env` runs blocking environment calls: the run's executor, bounded
+#: to the machine (``LocalExecutor`` sets it for each episode), else asyncio's default.
+ENV_EXECUTOR: contextvars.ContextVar[Executor | None] = contextvars.ContextVar(
+    "tackroom_env_executor", default=None)
+
+
 async def call_env(env: Environment, fn: Any, *args: Any) -> Any:
-    """Call the environment, in a worker thread when it blocks (browsers, sandboxes)."""
-    if env.blocking:
-        return await asyncio.to_thread(fn, *args)
-    return fn(*args)
+    """Call the environment; when it blocks (browsers, sandboxes), on a thread of
+    :data:`ENV_EXECUTOR`, so that only that many calls run at once and the rest wait."""
+    if not env.blocking:
+        return fn(*args)
+    # As asyncio.to_thread does: the call sees this task's context variables.
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(ENV_EXECUTOR.get(), call)

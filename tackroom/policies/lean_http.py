@@ -111,13 +111,16 @@ class LeanHTTP:
         head = (f"{method} {self.target(path)} HTTP/1.1\r\n").encode("latin-1") + self._head
         if body is not None:
             head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
-        data = head + b"\r\n" + (body or b"")
+        head += b"\r\n"
+        # Head and body go out together but are not joined here: a joined copy would be
+        # held for the whole wait on the reply, a second copy of every request in flight.
+        data = (head, body) if body else (head,)
         for _ in range(2):
             conn = await self._get()
             reused = conn.used
             keep = False
             try:
-                conn.writer.write(data)
+                conn.writer.writelines(data)
                 resp, keep = await self._read(conn.reader, method, limit, error_limit,
                                               raise_over)
                 return resp

@@ -67,7 +67,6 @@ async def run_episode(spec: EpisodeSpec, pool: EnvironmentPool, run_id: str,
         attempt=spec.attempt, sampling=spec.sampling.to_dict(), started_at=time.time(),
     )
     wall = float(h.budget["wall_seconds"]) or None
-    deadline = time.monotonic() + wall if wall else None
     fatal: PolicyError | None = None
     try:
         if h.agent is not None:
@@ -75,8 +74,11 @@ async def run_episode(spec: EpisodeSpec, pool: EnvironmentPool, run_id: str,
             # the CLI's own time is the wall budget, reset and verifier get a grace.
             await asyncio.to_thread(ensure_installed, h.agent)
             wall = wall + GRACE_S if wall else None
-        async with asyncio.timeout(wall):
-            async with pool.acquire(spec.task) as env:
+        # The clock starts once the environment is the episode's: waiting for one of a
+        # bounded pool's browsers (a thousand episodes, eight browsers) is not its time.
+        async with pool.acquire(spec.task) as env:
+            deadline = time.monotonic() + wall if wall else None
+            async with asyncio.timeout(wall):
                 if h.agent is not None:
                     await agent_loop(spec, env, ep, expert, gateways or _no_gateways())
                 else:

@@ -12,16 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from tackroom.core.episode import Episode, Outcome, episode_id
 from tackroom.core.errors import PolicyError
 from tackroom.core.policy import Policy, Sampling
-from tackroom.core.task import Expert, Suite, Task
+from tackroom.core.task import ENV_EXECUTOR, Expert, Suite, Task
 from tackroom.harness.spec import HarnessSpec
 from tackroom.runner.agent import Gateways
 from tackroom.runner.episode import EpisodeSpec, run_episode
@@ -30,6 +32,25 @@ from tackroom.runner.episode import EpisodeSpec, run_episode
 INFRA_RETRIES = 1
 #: The youngest GC generation's threshold while a run is in progress (CPython's is 700).
 RUN_GC_THRESHOLD = 20_000
+#: Threads per CPU for blocking environment calls (``TACKROOM_ENV_THREADS`` overrides).
+ENV_THREADS_PER_CPU = 2
+
+
+def env_threads() -> int:
+    """How many blocking environment calls (sandbox commands, browser actions) run at once.
+
+    ``$TACKROOM_ENV_THREADS`` if set, else :data:`ENV_THREADS_PER_CPU` per CPU this
+    process may use. Two per CPU because a step is partly waiting (a sandboxed
+    command's I/O, a browser's reply) and partly work in another process: more
+    than that would only make the machine's cores take turns.
+    """
+    setting = os.environ.get("TACKROOM_ENV_THREADS", "").strip()
+    if setting:
+        if not setting.isdigit() or int(setting) < 1:
+            raise ValueError(f"TACKROOM_ENV_THREADS must be a positive integer, not {setting!r}")
+        return int(setting)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return ENV_THREADS_PER_CPU * (cpus or 1)
 
 
 @contextlib.contextmanager
@@ -119,17 +140,24 @@ class _Writer:
     error the store raised (a bad episode) is raised by the next ``add`` or by
     ``flush``. A store without ``append`` / ``flush`` (a test double with only
     ``append_many``) gets one episode per call, at once, on the caller's thread.
+
+    At most ``backlog`` episodes wait in the queue: when the store falls behind,
+    ``add`` waits for room (that worker only; the other episodes run on), so
+    memory stays proportional to the episodes in flight instead of growing with
+    the run's length.
     """
 
     _DONE = object()
 
-    def __init__(self, store) -> None:
+    def __init__(self, store, backlog: int) -> None:
         self.store = store
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._room = asyncio.Semaphore(max(1, backlog))
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
-    def add(self, ep: Episode) -> None:
+    async def add(self, ep: Episode) -> None:
         if self.store is None:
             return
         self._raise()
@@ -137,19 +165,27 @@ class _Writer:
             self.store.append_many([ep])
             return
         if self._thread is None:
+            self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._drain, name="tackroom-writer",
                                             daemon=True)
             self._thread.start()
+        await self._room.acquire()
         self._queue.put(ep)
 
     def _drain(self) -> None:
-        while (ep := self._queue.get()) is not self._DONE:
-            if self._error is not None:
-                continue  # the run is failing: the rest is dropped, as a crash would
-            try:
-                self.store.append(ep)
-            except BaseException as e:  # noqa: BLE001 - raised on the run's thread instead
-                self._error = e
+        assert self._loop is not None
+        while True:
+            ep = self._queue.get()
+            if ep is self._DONE:
+                return
+            # After a failed append the run is failing: the rest is dropped, as a crash would.
+            if self._error is None:
+                try:
+                    self.store.append(ep)
+                except BaseException as e:  # noqa: BLE001 - raised on the run's thread instead
+                    self._error = e
+            del ep  # not held while waiting for the next one
+            self._loop.call_soon_threadsafe(self._room.release)
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -184,33 +220,54 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Runs episodes in this process's event loop, on one environment pool of the suite."""
+    """Runs episodes in this process's event loop, on one environment pool of the suite.
 
-    def __init__(self, suite: Suite, size: int) -> None:
+    Blocking environment calls run on the executor's own threads, :func:`env_threads`
+    of them, started as needed: a thousand episodes may be in flight while only
+    that many sandbox or browser steps execute, the rest waiting their turn as
+    the others wait on model calls. Their own threads, not asyncio's default
+    executor, so that environment steps never queue the loop's other thread work
+    (a model server's DNS lookup) behind them. In-process environments (toy)
+    never use them.
+    """
+
+    def __init__(self, suite: Suite, size: int, threads: int | None = None) -> None:
         self.suite = suite
         self.pool = suite.pool(size)
         self._experts: dict[str, Expert | None] = {}
         self.gateways = Gateways()  # agent harnesses' model gateways, one per policy
+        self.env_executor = ThreadPoolExecutor(threads or env_threads(),
+                                               thread_name_prefix="tackroom-env")
 
     async def run(self, cell: EpisodeSpec, run_id: str) -> Episode:
         key = cell.task.key
         if key not in self._experts:
             self._experts[key] = self.suite.expert(cell.task)
-        return await run_episode(cell, self.pool, run_id, self._experts[key], self.gateways)
+        token = ENV_EXECUTOR.set(self.env_executor)
+        try:
+            return await run_episode(cell, self.pool, run_id, self._experts[key],
+                                     self.gateways)
+        finally:
+            ENV_EXECUTOR.reset(token)
 
     async def aclose(self) -> None:
         await self.gateways.aclose()
         await self.pool.aclose()
+        # Not waiting: a step whose episode timed out may still be running in its thread.
+        self.env_executor.shutdown(wait=False, cancel_futures=True)
 
 
 async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
                     store=None, concurrency: int = 4,
                     on_episode: Callable[[Episode], None] | None = None,
                     pool_size: int | None = None,
-                    executor: Executor | None = None) -> list[Episode]:
+                    executor: Executor | None = None, keep: bool = True) -> list[Episode]:
     """Run the cells, ``concurrency`` at a time; return the final episode of each cell.
 
     Each finished episode goes to ``store`` (if given) and to ``on_episode``.
+    With ``keep=False`` none is kept and ``[]`` is returned: a caller that takes
+    them from the store or ``on_episode`` (``tackroom eval``) then holds memory
+    for the episodes in flight only, not for every episode of the run.
     An ``infra_error`` episode is recorded and retried up to ``INFRA_RETRIES``
     times as a new attempt. A :class:`PolicyError` stops the run (after the
     finished episodes are written) and is re-raised.
@@ -226,7 +283,7 @@ async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
     queue: asyncio.Queue[EpisodeSpec] = asyncio.Queue()
     for c in cells:
         queue.put_nowait(c)
-    writer = _Writer(store)
+    writer = _Writer(store, backlog=concurrency)
     finals: list[Episode] = []
 
     async def worker() -> None:
@@ -237,15 +294,17 @@ async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
                 return
             while True:
                 ep = await runner.run(cell, run_id)
-                writer.add(ep)
+                await writer.add(ep)
                 if on_episode is not None:
                     on_episode(ep)
                 if ep.outcome is Outcome.INFRA_ERROR and cell.attempt < INFRA_RETRIES:
                     cell = EpisodeSpec(cell.task, cell.harness, cell.policy, cell.seed,
                                        cell.sampling, cell.attempt + 1)
                     continue
-                finals.append(ep)
+                if keep:
+                    finals.append(ep)
                 break
+            del ep  # not held by this worker while its next episode runs
             # Episodes of in-process suites may never suspend (toy: pure CPU). Yield once
             # per episode, so Ctrl-C / SIGTERM (a task cancellation) and the other workers
             # get their turn.
@@ -257,7 +316,7 @@ async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
             await asyncio.gather(*workers)
     except PolicyError as e:
         if isinstance(e.episode, Episode):
-            writer.add(e.episode)
+            await writer.add(e.episode)
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)

@@ -76,7 +76,8 @@ class CodeSuite:
         return CodeEnv(self.code_task(task), limits=self.limits, unsafe_local=self.unsafe_local)
 
     def pool(self, size: int | None = None) -> SimplePool:
-        """A new sandboxed environment per episode."""
+        """A new sandboxed environment per episode, as many as are in flight (``size`` is
+        not a bound); the run's environment threads bound how many run a command at once."""
         return SimplePool(self.make_env, size or 1)
 
 

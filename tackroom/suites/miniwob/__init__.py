@@ -11,7 +11,7 @@ from __future__ import annotations
 from tackroom.core.errors import TaskNotFound
 from tackroom.core.task import Expert, Task
 from tackroom.suites.miniwob.experts import EXPERTS
-from tackroom.suites.miniwob.pool import MiniWoBPool, default_pool_size
+from tackroom.suites.miniwob.pool import MiniWoBPool, browsers_that_fit, default_pool_size
 from tackroom.suites.miniwob.tasks import TASKS
 
 __all__ = ["MiniWoBSuite", "MiniWoBPool", "default_pool_size", "make_suite", "TASKS", "EXPERTS"]
@@ -54,7 +54,11 @@ class MiniWoBSuite:
         """Browsers start (and fail, one line each) when the pool first needs them."""
 
     def pool(self, size: int | None = None) -> MiniWoBPool:
-        """A browser pool of ``size`` Chromes (default: sized to this machine)."""
+        """A browser pool of ``size`` Chromes (default: sized to this machine), never more
+        than the memory holds (:func:`browsers_that_fit`): each is some 0.5 GB, so at
+        ``-n 1000`` most episodes wait for a browser rather than the machine swapping."""
+        if size is not None:
+            size = min(size, browsers_that_fit())
         return MiniWoBPool(size, with_html=self.with_html, wait_ms=self.wait_ms)
 
 

@@ -28,10 +28,15 @@ def _available_gb() -> float:
     return 4.0
 
 
+def browsers_that_fit() -> int:
+    """Browsers the memory available now holds: memory / :data:`BROWSER_GB`, at least 1."""
+    return max(1, int(_available_gb() / BROWSER_GB))
+
+
 def default_pool_size() -> int:
     """Browsers this machine can run side by side: min(CPUs, memory / 0.5 GB, 8), at least 1."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(cpus or 1, int(_available_gb() / BROWSER_GB), MAX_DEFAULT_SIZE))
+    return max(1, min(cpus or 1, browsers_that_fit(), MAX_DEFAULT_SIZE))
 
 
 class MiniWoBPool:

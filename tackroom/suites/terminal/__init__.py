@@ -118,7 +118,9 @@ class TerminalSuite:
             require_sandbox()
 
     def pool(self, size: int | None = None) -> SimplePool:
-        """Sandboxes are cheap to start: a new environment per episode."""
+        """A new sandbox per episode, as many as are in flight (``size`` is not a bound):
+        the run's environment threads (``tackroom.runner.grid.env_threads``) bound how
+        many sandboxed commands run at once."""
         if not self.unsafe_local:
             require_sandbox()
         return SimplePool(self.make_env, size or 4)

@@ -59,7 +59,8 @@ class ToySuite:
         return ToyEnv(spec.task, spec.build, self.max_steps)
 
     def pool(self, size: int | None = None) -> SimplePool:
-        """In-process environments are cheap: a new one per episode."""
+        """In-process environments are cheap: a new one per episode, unbounded (``size`` is
+        only reported), and their calls run on the event loop, never on a thread."""
         return SimplePool(self.make_env, size or 1)
 
 
