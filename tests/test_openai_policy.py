@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 
 import pytest
@@ -577,3 +578,26 @@ async def test_lean_chunked_error_body_is_cut_and_url_user_info_is_basic_auth(
     assert "HTTP 400" in ei.value.line() and len(ei.value.line()) < 1000
     assert "Authorization: Basic dXNlcjpwd0B4\r\n" in raw.heads[0]  # user:pw@x
     assert "pw" not in ei.value.line()
+
+
+def test_a_lean_client_run_never_loads_the_sdk(client: str) -> None:
+    """The lean client's runs (and every Ray worker) do not pay the SDK's import."""
+    if client != "lean":
+        pytest.skip("the lean client's property")
+    import subprocess
+    import sys
+
+    code = """
+import sys, tempfile, tackroom
+from tackroom.testing import ScriptedOpenAIServer, text
+with ScriptedOpenAIServer(default=text("no tool call")) as srv, tempfile.TemporaryDirectory() as d:
+    run = tackroom.evaluate("toy", tasks=["click-button"], harnesses=["som-tools"],
+                            policies=["openai:scripted-model"], base_url=srv.base_url, seeds=[0],
+                            store=d + "/r.duckdb")
+    assert len(run.episodes()) == 1, run
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("openai", "httpx", "httpx2")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "OPENAI_API_KEY": ""})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -11,7 +11,9 @@ Two clients speak it, chosen with ``client``:
 * ``"sdk"``: the official ``openai`` SDK (on httpx), for servers or networks
   that need what it does and the lean client does not — proxies from
   ``HTTPS_PROXY``/``HTTP_PROXY`` (the default becomes ``"sdk"`` when one
-  applies to the server's host), HTTP/2, redirects, brotli/zstd bodies.
+  applies to the server's host), HTTP/2, redirects, brotli/zstd bodies. It lives
+  in :mod:`tackroom.policies.openai_sdk` and is imported only by a policy that
+  uses it, so lean runs never load the SDK (~0.3 s and ~24 MiB a process).
 
 Both send the same JSON and go through the same code here for everything
 else: the retries (ours, the SDK's ``max_retries`` is 0, so which failures are
@@ -53,25 +55,32 @@ an error body whole before raising, however large the server makes it.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
 import random
 import re
 import urllib.request
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
-
-import openai
-
-try:  # the HTTP library under the openai SDK: httpx2 in recent releases, httpx before
-    import httpx2 as httpx
-except ImportError:  # pragma: no cover - older openai
-    import httpx  # type: ignore[no-redef]
 
 from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
 from tackroom.core.policy import PolicyRequest, PolicyResponse, ToolCall
-from tackroom.policies.lean_http import HTTPFailure, LeanHTTP, TooLarge
+from tackroom.policies.lean_http import HTTPFailure, LeanHTTP
+from tackroom.policies.lean_http import TooLarge as BodyTooLarge
+from tackroom.policies.openai_wire import (
+    MAX_OTHER_BODY_BYTES,
+    START_SERVER,
+    Attempt,
+    Client,
+    Failure,
+    Models,
+    Status,
+    TooLarge,
+    error_message,
+    loads_body,
+    model_names,
+)
 from tackroom.policies.options import construct
 from tackroom.records.secrets import MIN_SECRET_CHARS, REDACTED, register_secret
 
@@ -83,7 +92,6 @@ CLIENTS = ("lean", "sdk")
 DEFAULT_CLIENT = "lean"
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-START_SERVER = "start your vLLM/SGLang server or pass --base-url"
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]"}
 # OpenAI-style secret keys, in case a server quotes one we did not send.
 _KEY_PATTERN = re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-*]{8,}")
@@ -94,103 +102,10 @@ MIN_REPLY_CHARS = 16_384
 #: least :data:`MIN_REPLY_BYTES`.
 BYTES_PER_REPLY_CHAR = 64
 MIN_REPLY_BYTES = 8 * 1024 * 1024
-#: Bytes kept of an error body or a model list (a thousand model names fit).
-MAX_OTHER_BODY_BYTES = 1024 * 1024
 #: Appended to a reply's text that was cut at the cap.
 CUT_NOTE = "\n[tackroom: reply cut at {n} characters]"
 _CONTEXT_WORDS = ("context length", "context_length", "maximum context", "context window",
                   "too long", "max_model_len", "maximum model length")
-
-
-@dataclass
-class _Failure:
-    """A transient failure of one attempt, kept as plain data (no SDK exception)."""
-
-    kind: str  # "status" (429/5xx), "timeout" or "connection"
-    status: int = 0
-    message: str = ""
-    retry_after: str | None = None
-
-    def final(self, policy: OpenAIPolicy, attempts: int) -> InfraError:
-        """The error to raise once the retries are spent."""
-        if self.kind == "status":
-            return InfraError(
-                f"model server at {policy.url} answered HTTP {self.status} {attempts} "
-                f"time(s): {self.message}", policy.id,
-                "wait and --resume, lower concurrency, or check the server's log")
-        if self.kind == "timeout":
-            return InfraError(
-                f"model server at {policy.url} timed out after {policy.timeout:g}s "
-                f"({attempts} attempt(s))", policy.id,
-                "raise the policy timeout, lower concurrency, or check the server's load")
-        return InfraError(
-            f"model server at {policy.url} unreachable ({self.message}; {attempts} "
-            "attempt(s))", policy.id, START_SERVER)
-
-
-class _TooLarge(Exception):
-    """The body passed the byte limit (internal; becomes an ``InfraError``)."""
-
-
-@dataclass
-class _Status:
-    """An HTTP error status one attempt got, as plain data (message not yet scrubbed)."""
-
-    status: int
-    message: str
-    retry_after: str | None = None
-
-
-def _error_message(body: Any, text: str) -> str:
-    """The server's message in an error body (OpenAI's ``{"error": {"message"}}``, FastAPI's
-    ``{"detail"}``, or plain text), on one line and short."""
-    msg = None
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        msg = err.get("message") if isinstance(err, dict) else err
-        msg = msg or body.get("message") or body.get("detail")
-    elif isinstance(body, str):
-        msg = body
-    if not msg:
-        msg = text[:200]
-    return " ".join(str(msg).split())[:300] or "(no message)"
-
-
-def _names(models: Any) -> list[str]:
-    """The names in a ``GET /models`` list, as a hostile server may shape it."""
-    items = models if isinstance(models, list) else []
-    return [str(m.get("id", "") if isinstance(m, dict) else getattr(m, "id", ""))[:200]
-            for m in items[:1000]]
-
-
-def _cause(e: BaseException, cause: BaseException | None = None) -> str:
-    """A transport failure in a few words (not yet scrubbed)."""
-    cause = cause or e.__cause__ or e.__context__
-    text = str(cause) if cause is not None and str(cause) else str(e)
-    low = text.lower()
-    if "refused" in low or "errno 111" in low or "all connection attempts failed" in low:
-        return "connection refused"
-    if "disconnected" in low or "reset" in low or "closed" in low:
-        return "connection closed by server"
-    return " ".join(text.split())[:120] or type(e).__name__
-
-
-#: What one chat attempt of a client gives: the body of a reply below 400, an
-#: error status, or a transport failure. :class:`_TooLarge` is raised.
-_Attempt = bytes | _Status | _Failure
-#: What a model-list request gives; ``None``: a list that cannot be read.
-_Models = list[str] | _Status | _Failure | None
-
-
-class _Client(Protocol):
-    """The wire under :class:`OpenAIPolicy`: no retries, no deadline, no scrubbing here."""
-
-    async def chat(self, fields: dict[str, Any], extra: dict[str, Any],
-                   max_bytes: int) -> _Attempt: ...
-
-    async def models(self, timeout: float) -> _Models: ...
-
-    async def aclose(self) -> None: ...
 
 
 class _LeanClient:
@@ -200,158 +115,37 @@ class _LeanClient:
         self.http = LeanHTTP(base_url, {"Authorization": f"Bearer {key}"}, max_idle=max_idle)
 
     async def chat(self, fields: dict[str, Any], extra: dict[str, Any],
-                   max_bytes: int) -> _Attempt:
+                   max_bytes: int) -> Attempt:
         # Extra fields go in last and win, as the SDK's ``extra_body`` does.
         body = {**fields, **extra} if extra else fields
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         try:
             resp = await self.http.request("POST", "/chat/completions", data, limit=max_bytes,
                                            error_limit=MAX_OTHER_BODY_BYTES, raise_over=True)
-        except TooLarge:
-            raise _TooLarge from None
+        except BodyTooLarge:
+            raise TooLarge from None
         except HTTPFailure as e:
-            return _Failure("connection", message=str(e))
+            return Failure("connection", message=str(e))
         if resp.status >= 400:
-            return _Status(resp.status, _error_message(*_loads(resp.body)),
+            return Status(resp.status, error_message(*loads_body(resp.body)),
                            resp.headers.get("retry-after"))
         return resp.body
 
-    async def models(self, timeout: float) -> _Models:
+    async def models(self, timeout: float) -> Models:
         try:
             resp = await self.http.request("GET", "/models", limit=MAX_OTHER_BODY_BYTES,
                                            error_limit=MAX_OTHER_BODY_BYTES)
         except HTTPFailure as e:
-            return _Failure("connection", message=str(e))
+            return Failure("connection", message=str(e))
         if resp.status >= 400:
-            return _Status(resp.status, _error_message(*_loads(resp.body)))
-        data, _ = _loads(resp.body)
+            return Status(resp.status, error_message(*loads_body(resp.body)))
+        data, _ = loads_body(resp.body)
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):
             return None
-        return _names(data["data"])
+        return model_names(data["data"])
 
     async def aclose(self) -> None:
         await self.http.aclose()
-
-
-def _loads(body: bytes) -> tuple[Any, str]:
-    """``(parsed JSON or the text, the text)`` of an error or model-list body."""
-    text = body.decode(errors="replace")
-    try:
-        return json.loads(text), text
-    except ValueError:
-        return text, text
-
-
-class _SDKClient:
-    """The official ``openai`` SDK on httpx, every body but a completion's capped below it."""
-
-    def __init__(self, base_url: str, key: str, timeout: float, max_concurrency: int) -> None:
-        self.client = openai.AsyncOpenAI(
-            api_key=key, base_url=base_url, timeout=timeout, max_retries=0,
-            http_client=openai.DefaultAsyncHttpxClient(
-                transport=_CappedTransport(connections=max_concurrency)))
-
-    async def chat(self, fields: dict[str, Any], extra: dict[str, Any],
-                   max_bytes: int) -> _Attempt:
-        kwargs = {**fields, "extra_body": extra} if extra else fields
-        try:
-            return await self._read_body(kwargs, max_bytes)
-        except openai.APIStatusError as e:
-            return _Status(e.status_code, _sdk_message(e), e.response.headers.get("retry-after"))
-        except openai.APITimeoutError:
-            return _Failure("timeout")
-        except openai.APIConnectionError as e:
-            return _Failure("connection", message=_cause(e))
-        except Exception as e:
-            # While the body streams, httpx's own errors reach us unwrapped.
-            if not type(e).__module__.startswith("httpx"):
-                raise
-            if "timeout" in type(e).__name__.lower():
-                return _Failure("timeout")
-            return _Failure("connection", message=_cause(e, e))
-
-    async def _read_body(self, kwargs: dict[str, Any], max_bytes: int) -> bytes:
-        """The response body, streamed; raises :class:`_TooLarge` past ``max_bytes``."""
-        chunks: list[bytes] = []
-        size = 0
-        completions = self.client.chat.completions.with_streaming_response
-        async with completions.create(**kwargs) as response:
-            async for chunk in response.iter_bytes():
-                size += len(chunk)
-                if size > max_bytes:
-                    raise _TooLarge  # leaving the block closes the connection
-                chunks.append(chunk)
-        return b"".join(chunks)
-
-    async def models(self, timeout: float) -> _Models:
-        try:
-            page = await self.client.with_options(timeout=timeout).models.list()
-            return _names(list(page.data or []))
-        except (openai.APIConnectionError, openai.APITimeoutError):
-            return _Failure("connection")
-        except openai.APIStatusError as e:
-            return _Status(e.status_code, _sdk_message(e))
-        except (ValueError, openai.OpenAIError):
-            return None  # a model list that cannot be read (cut, not JSON)
-
-    async def aclose(self) -> None:
-        await self.client.close()
-
-
-def _sdk_message(e: openai.APIStatusError) -> str:
-    try:
-        text = e.response.text[:200]
-    except Exception:  # noqa: BLE001 - body may be unreadable; we have the status
-        text = ""
-    return _error_message(e.body, text)
-
-
-class _CappedBody(httpx.AsyncByteStream):
-    """A response body that ends after ``limit`` bytes (the rest is never read)."""
-
-    def __init__(self, inner: httpx.AsyncByteStream, limit: int) -> None:
-        self.inner, self.limit = inner, limit
-
-    async def __aiter__(self):  # type: ignore[override]
-        left = self.limit
-        async for chunk in self.inner:
-            yield chunk[:left]
-            left -= len(chunk)
-            if left <= 0:
-                break
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-class _CappedTransport(httpx.AsyncBaseTransport):
-    """Caps every body but a successful chat completion's, which ``_read_body`` bounds.
-
-    The cap sits under the SDK because the SDK reads an error body whole
-    (``aread``) before it raises, where no caller can stop it.
-    """
-
-    def __init__(self, limit: int = MAX_OTHER_BODY_BYTES, connections: int = 100) -> None:
-        # The SDK's own pool limits (openai.DefaultAsyncHttpxClient), raised to the
-        # policy's concurrency so that every request in flight keeps its connection.
-        self.inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(
-            max_connections=max(1000, connections),
-            max_keepalive_connections=max(100, connections)))
-        self.limit = limit
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self.inner.handle_async_request(request)
-        if request.method == "POST" and response.status_code < 400:
-            return response
-        # Content-Length no longer describes what is read: drop it.
-        headers = [(k, v) for k, v in response.headers.raw if k.lower() != b"content-length"]
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        return httpx.Response(response.status_code, headers=headers,
-                              stream=_CappedBody(response.stream, self.limit),
-                              extensions=response.extensions, request=request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def _split_userinfo(url: str) -> tuple[str, str, str]:
@@ -380,16 +174,36 @@ def _check_url(url: str, policy_id: str) -> str:
     an http(s) URL with a host that the HTTP client could use."""
     try:
         parts = urlsplit(url)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        ok = (parts.scheme in ("http", "https") and bool(parts.hostname)
+              and _valid_host(parts.hostname) and not _URL_JUNK.search(url))
         parts.port  # noqa: B018 - raises ValueError on a bad port
-        httpx.URL(url)
-    except (ValueError, httpx.InvalidURL):
+    except ValueError:
         ok = False
     if not ok:
         shown = _clean_url(url) if "@" in url else url  # never a password
         raise PolicyError(f"cannot use base URL {shown!r}", policy_id,
                           "give an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1")
     return _clean_url(url)
+
+
+# Whitespace and control characters, which no HTTP client puts on a request line.
+_URL_JUNK = re.compile(r"[\x00-\x20\x7f]")
+_HOST_CHARS = re.compile(r"[a-z0-9._~%!$&'()*+,;=-]+")
+
+
+def _valid_host(host: str) -> bool:
+    """An IP literal, or a name that encodes to ASCII host characters (IDNA for others)."""
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host.split("%", 1)[0])
+        except ValueError:
+            return False
+        return True
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return False
+    return bool(_HOST_CHARS.fullmatch(ascii_host.lower()))
 
 
 def _clean_url(url: str) -> str:
@@ -507,9 +321,13 @@ class OpenAIPolicy:
         for value in self._output_secrets:
             register_secret(value)  # the record store redacts it wherever it appears
         self.client = client or ("sdk" if _proxied(self.base_url) else DEFAULT_CLIENT)
-        self._client: _Client = (
-            _SDKClient(self.base_url, key, self.timeout, self.max_concurrency)
-            if self.client == "sdk" else _LeanClient(self.base_url, key, self.max_concurrency))
+        self._client: Client
+        if self.client == "sdk":
+            from tackroom.policies.openai_sdk import SDKClient  # the SDK loads only here
+
+            self._client = SDKClient(self.base_url, key, self.timeout, self.max_concurrency)
+        else:
+            self._client = _LeanClient(self.base_url, key, self.max_concurrency)
         self._semaphore = asyncio.Semaphore(self.max_concurrency)
 
     # ------------------------------------------------------------ identity
@@ -583,7 +401,7 @@ class OpenAIPolicy:
         raise AssertionError("unreachable")  # the loop always returns or raises
 
     async def _attempt(self, kwargs: dict[str, Any], extra: dict[str, Any], max_bytes: int
-                       ) -> bytes | _Failure | PolicyError | ContextLengthExceeded | InfraError:
+                       ) -> bytes | Failure | PolicyError | ContextLengthExceeded | InfraError:
         """One HTTP attempt: the body, or what went wrong (client exceptions do not escape).
 
         ``timeout`` bounds the whole attempt (connect, wait, every byte of the
@@ -595,19 +413,19 @@ class OpenAIPolicy:
                 async with asyncio.timeout(self.timeout):
                     got = await self._client.chat(kwargs, extra, max_bytes)
         except TimeoutError:
-            return _Failure("timeout")
-        except _TooLarge:
+            return Failure("timeout")
+        except TooLarge:
             return InfraError(
                 f"model server at {self.url} sent a reply larger than {max_bytes} bytes; "
                 "stopped reading", self.id,
                 "check the server (no chat completion is this big), or raise max_reply_bytes")
-        if isinstance(got, _Status):
+        if isinstance(got, Status):
             msg = self._scrub(got.message)
             if got.status == 429 or got.status >= 500:
-                return _Failure("status", status=got.status, message=msg,
+                return Failure("status", status=got.status, message=msg,
                                 retry_after=got.retry_after)
             return await self._client_error(got.status, msg)
-        if isinstance(got, _Failure):
+        if isinstance(got, Failure):
             got.message = self._scrub(got.message)
         return got
 
@@ -669,9 +487,9 @@ class OpenAIPolicy:
         line that says what to do. A server without ``GET /models`` passes.
         """
         got = await self._models(timeout)
-        if isinstance(got, _Failure):
+        if isinstance(got, Failure):
             raise InfraError(f"model server at {self.url} unreachable", self.id, START_SERVER)
-        if isinstance(got, _Status) and got.status in (401, 403):
+        if isinstance(got, Status) and got.status in (401, 403):
             raise PolicyError(
                 f"model server at {self.url} rejected the API key (HTTP {got.status})",
                 self.id, "check OPENAI_API_KEY")
@@ -690,13 +508,13 @@ class OpenAIPolicy:
             return None
         return got if isinstance(got, list) else None
 
-    async def _models(self, timeout: float) -> _Models:
+    async def _models(self, timeout: float) -> Models:
         """``GET /models`` within ``timeout`` seconds in all."""
         try:
             async with asyncio.timeout(timeout):
                 return await self._client.models(timeout)
         except TimeoutError:
-            return _Failure("timeout")
+            return Failure("timeout")
 
     # --------------------------------------------------------------- parse
     def _parse(self, data: dict[str, Any], max_chars: int) -> PolicyResponse:
