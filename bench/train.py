@@ -23,6 +23,17 @@ tackroom / TRL (target ≥ 1.0), and peak memory.
 
 Usage: .venv/bin/python bench/train.py [--size small] [--group 8] [--completion 64]
                                        [--steps 5] [--threads 2] [--device auto]
+
+``--async`` measures something else: whole ``tackroom train`` steps against a
+latency-bound rollout server (``rollout.backend = "openai"``; a real
+``tackroom serve`` — HTTP, adapter hot-loading — whose model answers a fixed
+command after ``--latency`` seconds and costs no CPU, as a remote vLLM's GPUs
+would), synchronous
+(``rollout.max_staleness = 0``) against async (``= 1``: the next step's rollouts
+play while this one trains). The latency defaults to the measured update time,
+so rollouts and updates take about as long (target: async ≥ 1.5× sync steps/s)::
+
+    .venv/bin/python bench/train.py --async [--size small] [--steps 5] [--latency auto]
 """
 
 from __future__ import annotations
@@ -234,15 +245,177 @@ def _child(side: str, model_dir: str, batch: dict[str, Any], args: dict[str, Any
         queue.put((side, None, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
 
 
+# ------------------------------------------------------------ async vs sync, whole steps
+
+_BENCH_HARNESS = """name = "bench-cmd1"
+description = "Numbered element list; one text command; one turn."
+[prompt]
+system = "You are a web agent. Act on an element by its [number]."
+[observation]
+renderer = "element_list"
+[actions]
+interface = "element_refs"
+parser = "commands"
+[loop]
+actions_per_turn = 1
+history = 1
+on_malformed = "feedback"
+on_action_error = "feedback"
+[budget]
+turns = 1
+wall_seconds = 120
+state_to_model = false
+"""
+
+
+class _LatencyPolicy:
+    """What ``tackroom serve`` serves in this benchmark: a fixed reply after ``latency`` s.
+
+    The model's answer costs no CPU here (a remote vLLM's GPUs generate), so a
+    rollout batch takes the server's latency, not this machine's cores: the
+    latency-bound case async training is for. Replies are real token ids of the
+    model's vocabulary (a ``click`` command and the stop token) with log-probs;
+    adapters are recorded by name as a server would load them.
+    """
+
+    max_batch = 64
+    batch_wait_ms = 250.0  # the server admits a whole step's requests as one batch
+
+    def __init__(self, model_dir: str, latency: float) -> None:
+        from transformers import AutoTokenizer
+
+        self.model_dir = model_dir
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        self.latency = latency
+        self.max_positions = None
+        end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.stop_ids = [end]
+        self._ids = self.tokenizer("click 1", add_special_tokens=False)["input_ids"] + [end]
+        self._adapters: dict[str, str] = {}
+        self.adapter: str | None = None
+
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: Any = None) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(messages, tools=tools or None,
+                                                 add_generation_prompt=True, tokenize=True,
+                                                 return_dict=False)
+        return [int(i) for i in (ids[0] if ids and isinstance(ids[0], list) else ids)]
+
+    def load_adapter(self, name: str, path: str) -> None:
+        self._adapters[name] = path
+
+    def unload_adapter(self, name: str) -> None:
+        self._adapters.pop(name, None)
+
+    def set_adapter(self, name: str | None) -> None:
+        self.adapter = name
+
+    async def act(self, request: Any) -> Any:
+        from tackroom.core.policy import PolicyResponse
+
+        adapter = self.adapter
+        await asyncio.sleep(self.latency)
+        n = len(self._ids)
+        return PolicyResponse(text="click 1", prompt_tokens=0, completion_tokens=n,
+                              token_ids=list(self._ids), logprobs=[-0.5] * n,
+                              model=self.model_dir, adapter=adapter, finish_reason="stop")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _train_run(model_dir: str, work: Path, base_url: str, staleness: int, steps: int,
+               threads: int, tag: str) -> dict[str, float]:
+    """One ``tackroom train`` run against the server; seconds per step after the first."""
+    from tackroom.records import RecordStore
+    from tackroom.train.config import RLConfig
+    from tackroom.train.rl import run_rl
+
+    cfg = RLConfig.from_toml(None, [
+        f"model.path={model_dir}", "model.device=cpu", "data.suite=toy",
+        "data.tasks=focus-text,click-dialog,click-button,click-link",
+        "data.harnesses=bench-cmd1", "data.tasks_per_step=4", "grouping.group_size=4",
+        "rollout.max_tokens=16", "rollout.concurrency=16", "rollout.backend=openai",
+        f"rollout.base_url={base_url}", f"rollout.max_staleness={staleness}",
+        "lora.rank=8", "lora.alpha=16", "optim.micro_batch_size=4", "optim.lr=1e-4",
+        f"optim.steps={steps}", "run.checkpoint_every=0", f"run.out_dir={work / tag}"])
+    marks: list[float] = []
+    metrics: list[dict[str, float]] = []
+
+    def on_step(step: int, total: int, m: dict[str, float]) -> None:
+        marks.append(time.perf_counter())
+        metrics.append(m)
+
+    with RecordStore(work / f"{tag}.duckdb") as store:
+        run_rl(cfg, store, tag, threads=threads, on_step=on_step)
+    per_step = (marks[-1] - marks[0]) / max(1, len(marks) - 1)
+    rest = metrics[1:] or metrics
+    return {"seconds": per_step,
+            "update": statistics.median(m["update_seconds"] for m in rest),
+            "rollout": statistics.median(m["rollout_seconds"] for m in rest),
+            "staleness_max": max(m.get("staleness_max", 0.0) for m in metrics)}
+
+
+def bench_async(a: argparse.Namespace) -> None:
+    """Sync vs async ``tackroom train`` steps against a latency-bound ``tackroom serve``."""
+    import warnings
+
+    import torch
+
+    from tackroom.models import init_model
+    from tackroom.models.corpus import harness_corpus
+    from tackroom.serve import ServerThread
+
+    warnings.simplefilter("ignore", FutureWarning)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "harnesses").mkdir()
+        (work / "harnesses" / "bench-cmd1.toml").write_text(_BENCH_HARNESS)
+        os.environ["TACKROOM_HARNESS_PATH"] = str(work / "harnesses")
+        model_dir = str(init_model(work / "model", size=a.size,
+                                   corpus=harness_corpus(seeds=(0,)), seed=0))
+        server_policy = _LatencyPolicy(model_dir, 0.0)
+        with ServerThread(policy=server_policy) as srv:
+            if a.latency == "auto":  # make a rollout batch take about one update's time
+                probe = _train_run(model_dir, work, srv.base_url, 0, 3, 1, "probe")
+                server_policy.latency = max(0.05, probe["update"] - probe["rollout"])
+            else:
+                server_policy.latency = float(a.latency)
+            sync = _train_run(model_dir, work, srv.base_url, 0, a.steps, 1, "sync")
+            asyn = _train_run(model_dir, work, srv.base_url, 1, a.steps, 1, "async")
+    latency = server_policy.latency
+    print(f"tackroom train against a latency-bound tackroom serve: model size {a.size!r}, "
+          f"CPU, 1 thread; 16 one-turn episodes per step; every request waits "
+          f"{latency:.2f} s; {a.steps} steps each (the first not timed)")
+    print(f"{'':22} {'s/step':>8} {'steps/s':>8} {'rollout s':>10} {'update s':>9} "
+          f"{'staleness':>9}")
+    for name, r in (("sync (max_staleness 0)", sync), ("async (max_staleness 1)", asyn)):
+        print(f"{name:22} {r['seconds']:8.3f} {1 / r['seconds']:8.3f} {r['rollout']:10.3f} "
+              f"{r['update']:9.3f} {r['staleness_max']:9.0f}")
+    print(f"steps/s ratio async / sync: {sync['seconds'] / asyn['seconds']:.2f}× "
+          "(target ≥ 1.5 when rollouts and updates take similar time)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", default="small", help="tackroom model init size")
+    ap.add_argument("--size", default=None,
+                    help="tackroom model init size")
     ap.add_argument("--group", type=int, default=8, help="completions per group (G)")
     ap.add_argument("--completion", type=int, default=64, help="tokens per completion")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per side")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    ap.add_argument("--async", dest="async_", action="store_true",
+                    help="instead: sync vs async tackroom train steps against a server")
+    ap.add_argument("--latency", default="auto",
+                    help="--async: seconds each rollout request waits (auto: the update time)")
     a = ap.parse_args()
+    if a.async_:
+        a.size = a.size or "small"
+        a.steps = max(a.steps, 3)
+        bench_async(a)
+        return
+    a.size = a.size or "small"
     import torch
 
     device = a.device if a.device != "auto" else ("cuda" if torch.cuda.is_available()

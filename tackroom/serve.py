@@ -11,7 +11,13 @@ Endpoints::
     GET  /v1/models              the base model (its directory name) and one entry per adapter
     GET  /v1/models/{name}
     POST /v1/chat/completions    messages, tools, sampling, logprobs, stream, token ids
+    POST /v1/load_lora_adapter   {"lora_name", "lora_path"}: serve a peft adapter under a name
+    POST /v1/unload_lora_adapter {"lora_name"}: stop serving it
     GET  /health                 200 when up (no key needed)
+
+Every completion names the adapter that wrote it: ``model`` is the adapter's
+name (or the base model's), and the ``X-Tackroom-Adapter`` header says the same
+(``base`` for the base model).
 
 Choices, and why:
 
@@ -61,6 +67,15 @@ Choices, and why:
   is OpenAI's JSON error shape (404 unknown path, 405 wrong method, 400 for a
   malformed request line); ``NaN``/``Infinity``, unknown roles and content parts
   other than text (images, audio) are refused with a 400 — never silently dropped.
+* **Adapters load and unload at run time** with vLLM's endpoints and answers
+  (``VLLM_ALLOW_RUNTIME_LORA_UPDATING``): 200 with a plain-text ``Success: ...``
+  line; 400 for a missing field, a name already served (the base model's too) or
+  an adapter that does not load on this model; 404 for a path with no adapter
+  and for unloading a name that is not loaded. ``tackroom train`` with
+  ``rollout.backend = "openai"`` loads each new weight version this way. Loading
+  runs on the event-loop thread, between batches' admissions, so a request is
+  answered by the adapter it named when it was admitted; an unloaded adapter
+  stops being offered at once and is dropped when the requests using it are done.
 * ``stop`` strings are applied to the finished text (generation is not cut
   short by them); the reply's tokens end with the one that completed the stop
   string, as in vLLM.
@@ -70,6 +85,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import hmac
 import json
 import re
@@ -88,6 +104,7 @@ from typing import Any
 from tackroom.core.errors import (
     ConfigError,
     ContextLengthExceeded,
+    PolicyError,
     TackroomError,
 )
 from tackroom.core.policy import PolicyRequest, PolicyResponse, Sampling, ToolCall
@@ -426,6 +443,8 @@ class Completion:
     prompt_tokens: int
     prompt_token_ids: list[int] | None = None
     logprob_entries: list[dict[str, Any]] | None = None
+    #: The adapter that wrote the reply (``None``: the base model).
+    adapter: str | None = None
 
 
 def _find_stop(text: str, stops: list[str]) -> tuple[int, int] | None:
@@ -653,6 +672,12 @@ class _Engine:
         self.gate = _Gate(getattr(policy, "max_batch", 8),
                           getattr(policy, "batch_wait_ms", 5.0) / 1000, coalesce_ms / 1000)
         self.loop = asyncio.new_event_loop()
+        #: Whether a model name is served now (set by the server; read on the loop).
+        self.is_served: Any = lambda name: True
+        #: Requests admitted per adapter and not yet answered, and the adapters
+        #: unloaded while some were (dropped when the last one is answered).
+        self.inflight: dict[str, int] = {}
+        self.retired: set[str] = set()
         self.thread = threading.Thread(target=self._run, name="tackroom-serve-loop",
                                        daemon=True)
         self.thread.start()
@@ -665,6 +690,24 @@ class _Engine:
         """Blocking: the finished reply to ``req`` (called from an HTTP thread)."""
         return asyncio.run_coroutine_threadsafe(self._complete(req), self.loop).result()
 
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Blocking: ``fn(*args)`` run on the loop thread, between other requests' steps."""
+        async def run() -> Any:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result()
+
+    def _release(self, adapter: str) -> None:
+        left = self.inflight.get(adapter, 0) - 1
+        if left > 0:
+            self.inflight[adapter] = left
+            return
+        self.inflight.pop(adapter, None)
+        if adapter in self.retired:
+            self.retired.discard(adapter)
+            with contextlib.suppress(TackroomError):
+                self.policy.unload_adapter(adapter)
+
     async def _complete(self, req: ChatRequest) -> Completion:
         p = self.policy
         preq = PolicyRequest(messages=req.messages, tools=req.tools, sampling=req.sampling)
@@ -675,7 +718,14 @@ class _Engine:
                                 f"({type(e).__name__}: {_first_line(e)})",
                            param="messages") from None
         await self.gate.enter()
+        counted = None
         try:
+            if req.adapter is not None and not self.is_served(req.model):
+                raise ApiError(404, f"The model `{req.model}` does not exist (its adapter "
+                                    "was unloaded)", param="model", code="model_not_found")
+            if req.adapter is not None:
+                counted = req.adapter
+                self.inflight[counted] = self.inflight.get(counted, 0) + 1
             # set_adapter and act's synchronous start (prompt, job with the active
             # adapter) run without a suspension in between: no other request can
             # switch the adapter under this one.
@@ -690,8 +740,12 @@ class _Engine:
             raise ApiError(500, e.line()) from None
         finally:
             self.gate.leave()
-        return build_completion(response, req, self.vocab, self.stop_ids,
-                                prompt if req.return_token_ids else None)
+            if counted is not None:
+                self._release(counted)
+        out = build_completion(response, req, self.vocab, self.stop_ids,
+                               prompt if req.return_token_ids else None)
+        out.adapter = req.adapter
+        return out
 
     def close(self, close_policy: bool) -> None:
         if self.loop.is_closed():
@@ -749,6 +803,10 @@ class ModelServer:
             for a request (its headers, its body, or the next one on a kept-alive
             connection); then it is closed (408 when a body was cut short).
 
+    Adapters can also be loaded and unloaded while serving
+    (:meth:`load_lora_adapter`, :meth:`unload_lora_adapter`: vLLM's endpoints);
+    ``answered`` counts the completions each model name (adapter) wrote.
+
     Raises:
         PolicyError: the model or an adapter cannot be loaded (one clear line).
         ConfigError: the address cannot be bound, or names collide.
@@ -797,6 +855,10 @@ class ModelServer:
         self.host = host
         self.port = int(self.httpd.server_address[1])
         self.engine = _Engine(policy, coalesce_ms)
+        self.engine.is_served = lambda name: name in self.served
+        #: Completions answered per model name (adapter, or the base model's name).
+        self.answered: dict[str, int] = {}
+        self._answered_lock = threading.Lock()
         self._closed = False
 
     @property
@@ -817,6 +879,67 @@ class ModelServer:
                         "owned_by": "tackroom", "root": path, "parent": self.model_name,
                         "max_model_len": limit})
         return out
+
+    # ``served`` and ``adapter_dirs`` are replaced, never changed in place, and only on
+    # the engine's loop thread: HTTP threads read a consistent table without a lock.
+    def load_lora_adapter(self, body: Any) -> str:
+        """``POST /v1/load_lora_adapter``: serve the peft adapter at ``lora_path`` as ``lora_name``."""
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
+            raise ApiError(400, "Both 'lora_name' and 'lora_path' must be provided.",
+                           param="lora_name" if not name else "lora_path")
+        return self.engine.call(self._load_on_loop, name, path)
+
+    def _load_on_loop(self, name: str, path: str) -> str:
+        if name in self.served:
+            raise ApiError(400, f"The lora adapter '{name}' has already been loaded.",
+                           param="lora_name")
+        if name in self.engine.retired:
+            raise ApiError(400, f"The lora adapter '{name}' was unloaded and still answers "
+                                f"{self.engine.inflight.get(name, 0)} request(s); load it "
+                                "again when they are done, or under another name",
+                           param="lora_name")
+        if not re.fullmatch(r"[A-Za-z0-9_\-]+", name):
+            raise ApiError(400, f"bad adapter name {name!r}: use letters, digits, '_' and "
+                                "'-' only", param="lora_name")
+        try:
+            found = (Path(path) / "adapter_config.json").is_file()
+        except (OSError, ValueError):  # a NUL byte, a name too long for the file system
+            found = False
+        if not found:
+            raise ApiError(404, f"No adapter found for {path} (no adapter_config.json there; "
+                                "the path is read by the server)", param="lora_path")
+        try:
+            self.policy.load_adapter(name, path)
+        except PolicyError as e:
+            raise ApiError(400, e.what, param="lora_path") from None
+        self.served = {**self.served, name: name}
+        self.adapter_dirs = {**self.adapter_dirs, name: str(path)}
+        return f"Success: LoRA adapter '{name}' added successfully."
+
+    def unload_lora_adapter(self, body: Any) -> str:
+        """``POST /v1/unload_lora_adapter``: stop serving adapter ``lora_name``."""
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+        name = body.get("lora_name")
+        if not isinstance(name, str) or not name:
+            raise ApiError(400, "either 'lora_name' and 'lora_int_id' needs to be provided.",
+                           param="lora_name")
+        return self.engine.call(self._unload_on_loop, name)
+
+    def _unload_on_loop(self, name: str) -> str:
+        if self.served.get(name) is None:  # not served, or the base model
+            raise ApiError(404, f"The lora adapter '{name}' cannot be found.",
+                           param="lora_name", code="model_not_found")
+        self.served = {k: v for k, v in self.served.items() if k != name}
+        self.adapter_dirs = {k: v for k, v in self.adapter_dirs.items() if k != name}
+        if self.engine.inflight.get(name):
+            self.engine.retired.add(name)  # dropped when its last request is answered
+        else:
+            self.policy.unload_adapter(name)
+        return f"Success: LoRA adapter '{name}' removed successfully."
 
     def serve_forever(self) -> None:
         self.httpd.serve_forever(poll_interval=0.1)
@@ -931,6 +1054,20 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
+    def _send_text(self, status: int, text: str) -> None:
+        data = text.encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
     def _send_error(self, e: ApiError) -> None:
         headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}
         self._send_json(e.status, e.body(), {**headers, **e.headers})
@@ -948,13 +1085,16 @@ class _Handler(BaseHTTPRequestHandler):
             text = f"{text} ({explain or long})"
         self._send_error(ApiError(code, text))
 
-    def _send_stream(self, chunks: Iterator[dict[str, Any]]) -> None:
+    def _send_stream(self, chunks: Iterator[dict[str, Any]],
+                     headers: dict[str, str] | None = None) -> None:
         """Server-Sent Events, in HTTP/1.1 chunked transfer encoding (keeps the connection)."""
         try:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Transfer-Encoding", "chunked")
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             self.end_headers()
             events = [f"data: {json.dumps(c, ensure_ascii=False)}\n\n" for c in chunks]
             events.append("data: [DONE]\n\n")
@@ -1010,6 +1150,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self._check_auth()
                 self._chat(body)
                 return
+            if method == "POST" and path in _ADAPTER_ROUTES:
+                body = self._read_body()
+                self._check_auth()
+                action = getattr(self.app, _ADAPTER_ROUTES[path])
+                self._send_text(200, action(body))
+                return
             if self.headers.get("Content-Length", "0").strip() not in ("", "0") \
                     or "Transfer-Encoding" in self.headers:
                 self.close_connection = True  # a body this route does not read
@@ -1020,8 +1166,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._check_auth()
             if allowed is None:
                 raise ApiError(404, f"no route {method} {path}; this server serves GET "
-                                    "/v1/models and POST /v1/chat/completions (chat models "
-                                    "only)")
+                                    "/v1/models, POST /v1/chat/completions (chat models "
+                                    "only), /v1/load_lora_adapter and /v1/unload_lora_adapter")
             if method not in allowed:
                 raise ApiError(405, f"use {' or '.join(allowed)} for {path}, not {method}",
                                headers={"Allow": ", ".join(allowed)})
@@ -1110,19 +1256,30 @@ class _Handler(BaseHTTPRequestHandler):
         req = parse_chat_request(body, app.served, default_max_tokens=app.default_max_tokens)
         completion = app.engine.complete(req)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        served_by = {"X-Tackroom-Adapter": completion.adapter or "base"}
+        name = completion.adapter or app.model_name
+        with app._answered_lock:
+            app.answered[name] = app.answered.get(name, 0) + 1
         if req.stream:
-            self._send_stream(stream_chunks(completion, req, rid=rid, created=created))
+            self._send_stream(stream_chunks(completion, req, rid=rid, created=created),
+                              served_by)
         else:
-            self._send_json(200, completion_body(completion, req, rid=rid, created=created))
+            self._send_json(200, completion_body(completion, req, rid=rid, created=created),
+                            served_by)
 
 
 def _allowed_methods(path: str) -> tuple[str, ...] | None:
     """The methods a path answers, or ``None`` for a path this server does not serve."""
     if path in ("/health", "/v1/health", "/v1/models") or path.startswith("/v1/models/"):
         return ("GET", "HEAD")
-    if path == "/v1/chat/completions":
+    if path == "/v1/chat/completions" or path in _ADAPTER_ROUTES:
         return ("POST",)
     return None
+
+
+#: The adapter routes, and the :class:`ModelServer` method that answers each.
+_ADAPTER_ROUTES = {"/v1/load_lora_adapter": "load_lora_adapter",
+                   "/v1/unload_lora_adapter": "unload_lora_adapter"}
 
 
 def _no_constant(name: str) -> Any:

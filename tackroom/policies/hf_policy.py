@@ -170,6 +170,9 @@ class HFPolicy:
             eos_token_id=self.stop_ids, pad_token_id=self.pad_id, do_sample=False)
         self._lock = threading.RLock()  # one user of the model at a time
         self._adapters: dict[str, str] = {}
+        #: An unloaded adapter peft still holds: peft cannot drop a model's last adapter,
+        #: so it stays (never served, switched off for base-model calls) until another loads.
+        self._dormant: str | None = None
         self._active: str | None = None
         self._version: str | None = None
         self._rng = random.Random()
@@ -333,9 +336,35 @@ class HFPolicy:
                 raise PolicyError(f"cannot load adapter {name!r} from {path} "
                                   f"({type(e).__name__}: {_first_line(e)})", self.id,
                                   "check that it was trained on this base model") from None
+            if self._dormant is not None and self._dormant != name:
+                warnings.simplefilter("ignore", UserWarning)  # "... was active, now deleted"
+                self.model.delete_adapter(self._dormant)  # no longer the last one
+            self._dormant = None
             self.model.eval()
             self._adapters[name] = str(path)
             self._stem_kv.clear()  # an adapter reloaded under its name has new weights
+
+    def unload_adapter(self, name: str) -> None:
+        """Drop adapter ``name`` (loaded by :meth:`load_adapter`); later calls cannot use it.
+
+        Calls already queued with it must have finished (``tackroom serve`` waits
+        for them). If it was active, the base model serves later calls.
+        """
+        if name not in self._adapters:
+            known = ", ".join(sorted(self._adapters)) or "none loaded"
+            raise PolicyError(f"no adapter named {name!r} ({known})", self.id,
+                              "unload an adapter that load_adapter loaded")
+        with self._lock, warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", UserWarning)  # "... was active, now deleted"
+            if any(n != name for n in self.model.peft_config):
+                self.model.delete_adapter(name)
+            else:
+                self._dormant = name
+            del self._adapters[name]
+            if self._active == name:
+                self._active = None
+            self._stem_kv.clear()
 
     def set_adapter(self, name: str | None) -> None:
         """Serve later calls with adapter ``name`` (``None``: the base model)."""
@@ -353,7 +382,7 @@ class HFPolicy:
     def _using(self, adapter: str | None):
         """Hold the model with ``adapter`` active (or every adapter off)."""
         with self._lock:
-            if not self._adapters:
+            if not self._adapters and self._dormant is None:
                 yield self.model
             elif adapter is None:
                 with self.model.disable_adapter():

@@ -19,6 +19,11 @@ A TOML file groups them in sections; each key belongs to exactly one::
     [lora]
     rank = 32
 
+    [rollout]                             # sampling; who samples
+    backend = "openai"                    # hf (in process) | openai (a server, adapters hot-loaded)
+    base_url = "http://127.0.0.1:8000/v1"
+    max_staleness = 1                     # async: rollouts at most 1 update behind
+
 Command-line overrides are ``section.key=value`` (``algo.epsilon=0.3``) or the
 flat field name (``epsilon=0.3``); values are TOML (``data.harnesses=["a","b"]``)
 or, failing that, a bare string (``algo.algorithm=gspo``); ``none`` unsets an
@@ -53,6 +58,9 @@ HARNESS_EMBEDS = ("add", "concat")
 SCHEDULES = ("cosine", "linear", "constant")
 DATA_SOURCES = ("online", "records")
 REWARDS = ("success", "recorded")
+ROLLOUT_BACKENDS = ("hf", "openai")
+#: The largest ``rollout.max_staleness``: more is a different algorithm, not a lag.
+MAX_STALENESS = 64
 LOGGERS = ("wandb", "mlflow")
 SECTIONS = ("algo", "grouping", "critic", "lora", "optim", "model", "data", "rollout", "eval",
             "run")
@@ -176,6 +184,16 @@ class RLConfig:
     top_p: float = _opt(1.0, "rollout", "nucleus sampling")
     max_tokens: int = _opt(512, "rollout", "completion tokens per turn")
     concurrency: int = _opt(8, "rollout", "episodes run at once")
+    rollout_backend: str = _opt("hf", "rollout", "who generates rollouts: hf = the model "
+                                "being trained, in this process; openai = an OpenAI-compatible "
+                                "server (vLLM, tackroom serve) at rollout.base_url, "
+                                "each new LoRA adapter hot-loaded into it", key="backend",
+                                choices=ROLLOUT_BACKENDS)
+    base_url: str = _opt("", "rollout", "the inference server's /v1 root (backend = openai), "
+                         "e.g. http://127.0.0.1:8000/v1; its key is $OPENAI_API_KEY")
+    max_staleness: int = _opt(0, "rollout", "async off-policy: rollouts of the next s steps "
+                              "are generated while a step trains, by weights at most s "
+                              "updates old (0: synchronous; needs backend = openai)")
 
     # [eval] --------------------------------------------------------------- sealed evaluation
     eval_every: int = _opt(0, "eval", "evaluate every N steps (0: at the end only)",
@@ -272,6 +290,8 @@ class RLConfig:
         need("top_p", 0 < self.top_p <= 1, "in (0, 1]", "1.0")
         need("max_tokens", 1 <= self.max_tokens <= 10_000_000, "from 1 to 10_000_000", "512")
         need("concurrency", 1 <= self.concurrency <= 4096, "from 1 to 4096", "8")
+        need("max_staleness", 0 <= self.max_staleness <= MAX_STALENESS,
+             f"from 0 (synchronous) to {MAX_STALENESS}", "1")
         need("eval_every", 0 <= self.eval_every <= MAX_STEPS, "0 (never) or a step count", "0")
         need("eval_seeds", 1 <= self.eval_seeds <= 1_000_000, "from 1 to 1_000_000", "1")
         need("checkpoint_every", 0 <= self.checkpoint_every <= MAX_STEPS,
@@ -297,10 +317,44 @@ class RLConfig:
                 self._where("critic"),
                 "use algo.algorithm = \"gspo_token\" or \"grpo\" with a critic, "
                 "or critic.kind = \"none\"")
+        self._check_rollout_backend()
         r = self.resolved_values()
         if r["loss_agg"] == "constant" and self.max_completion_length < 1:
             raise self._fail("max_completion_length", "must be >= 1 for the constant "
                              "aggregation", "e.g. algo.max_completion_length = 1024")
+
+    def _check_rollout_backend(self) -> None:
+        """``rollout.backend``, ``base_url`` and ``max_staleness`` fit together."""
+        if self.rollout_backend == "openai":
+            url = self.base_url.strip()
+            if not url.startswith(("http://", "https://")):
+                where = self._where("base_url" if "base_url" in self._sources
+                                    else "rollout_backend")
+                raise ConfigError(f"rollout.base_url = {self.base_url!r} "
+                                  + ("is not an http(s) URL" if url else "is empty"), where,
+                                  "with rollout.backend = \"openai\" set rollout.base_url to "
+                                  "the server's /v1 root, e.g. \"http://127.0.0.1:8000/v1\"")
+            if not self.lora:
+                raise self._fail("lora", "cannot be served by an inference server",
+                                 "rollout.backend = \"openai\" hot-loads LoRA adapters: keep "
+                                 "lora.enabled = true, or use rollout.backend = \"hf\"")
+        if self.max_staleness > 0:
+            if self.rollout_backend != "openai":
+                raise self._fail("max_staleness", "needs rollout.backend = \"openai\"",
+                                 "the hf backend generates with the very model being trained, "
+                                 "so rollouts cannot overlap updates: serve the model "
+                                 "(tackroom serve, vLLM) and set rollout.backend = \"openai\" "
+                                 "and rollout.base_url, or set rollout.max_staleness = 0")
+            if self.source != "online":
+                raise self._fail("max_staleness", "is for online rollouts",
+                                 "records are already collected: set rollout.max_staleness "
+                                 "= 0 with data.source = \"records\"")
+            if self.temperature != 1.0:
+                raise self._fail("max_staleness", f"needs rollout.temperature = 1 (not "
+                                 f"{self.temperature:g})",
+                                 "servers return log-probs of the temperature-1 distribution, "
+                                 "and off-policy ratios need the sampler's own: train at "
+                                 "temperature 1, or set rollout.max_staleness = 0")
 
     # ------------------------------------------------------------------ defaults
     def resolved_values(self) -> dict[str, Any]:

@@ -6,7 +6,12 @@ One loop, read top to bottom in :meth:`_Trainer.run`:
    online (the current policy plays ``group_size`` episodes per (task,
    harness) of ``tasks_per_step`` tasks, under tackroom's harnesses or real agent
    CLIs behind the model gateway; :mod:`tackroom.train.rollouts`) or
-   frozen records from the store (:mod:`tackroom.train.offline`).
+   frozen records from the store (:mod:`tackroom.train.offline`). With
+   ``rollout.backend = "openai"`` an inference server plays them, each weight
+   version hot-loaded into it as a LoRA adapter, and with
+   ``rollout.max_staleness = s > 0`` a background thread plays iteration j's
+   batches with iteration j − s's weights while the learner trains
+   (:mod:`tackroom.train.server`).
 2. **Samples** — each turn of each scored episode is a completion
    (:mod:`tackroom.train.samples`). Advantages: the episode's group advantage
    (:func:`~tackroom.train.advantages.advantages_from_config`) on each of its
@@ -279,6 +284,7 @@ class _Trainer:
 
         c = self.cfg
         self._setup_data()
+        self._setup_server()
         state = self._setup_model()
         resumed_from = self.engine.step if state is not None else None
         iteration = int(state["iteration"]) if state is not None else 0
@@ -310,9 +316,16 @@ class _Trainer:
         try:
             while self.engine.step < c.steps:
                 t0 = time.perf_counter()
-                episodes_by_batch = [self._collect(iteration, b) for b in range(c.grad_accum)]
+                if self.server is None:
+                    episodes_by_batch = [self._collect(iteration, b)
+                                         for b in range(c.grad_accum)]
+                else:
+                    episodes_by_batch, served = self._served_batches(iteration)
                 t_rollout = time.perf_counter() - t0
                 samples, batch_metrics = self._samples(episodes_by_batch)
+                if self.server is not None:
+                    batch_metrics.update(served)
+                    self._check_recorded(samples)
                 iteration += 1
                 if not samples:
                     empty += 1
@@ -360,6 +373,12 @@ class _Trainer:
             final = self._save_final(last)
             status = "finished"
         finally:
+            if self.producer is not None:
+                self.producer.close(timeout=60)
+            if self.server is not None:
+                for name in list(self.server.loaded):
+                    with contextlib.suppress(Exception):
+                        self.server.unload(name)
             with contextlib.suppress(Exception):
                 asyncio.run(self.policy.aclose())  # its generation thread
             for tr in trackers:
@@ -372,6 +391,128 @@ class _Trainer:
                         weight_version(self.run_id, self.engine.step), self.model_dir,
                         resumed_from, last,
                         self.notes, eval_metrics)
+
+    # ------------------------------------------------------ inference server
+    def _setup_server(self) -> None:
+        """With ``rollout.backend = "openai"``: check the server answers before anything loads."""
+        from tackroom.train.server import InferenceServer
+
+        c = self.cfg
+        self.server: InferenceServer | None = None
+        self.producer: Any = None
+        #: weight version → the last iteration it was published for (on the server).
+        self._version_iter: dict[str, int] = {}
+        if c.rollout_backend != "openai":
+            return
+        if self.records is not None:
+            self.note("rollout.backend = openai is for online rollouts; training on records "
+                      "runs here")
+            return
+        if self.ray:
+            raise ConfigError("--ray and rollout.backend = \"openai\" both say who plays the "
+                              "rollouts", "--ray",
+                              "drop --ray (the server generates), or set rollout.backend = "
+                              "\"hf\"")
+        self.server = InferenceServer(c.base_url)
+        names = self.server.models()
+        mode = (f"async, at most {c.max_staleness} update(s) behind" if c.max_staleness
+                else "synchronous")
+        self.note(f"rollouts: {c.base_url} (serving {', '.join(names[:3]) or 'nothing'}); "
+                  f"each weight version hot-loaded as a LoRA adapter; {mode}")
+
+    def _publish(self, iteration: int) -> str:
+        """The current weights as a version on the server, for iteration ``iteration``."""
+        from tackroom.train.rollouts import ROLLOUT_WEIGHTS, save_rollout_weights
+
+        assert self.server is not None
+        c = self.cfg
+        version = weight_version(self.run_id, self.engine.step)
+        if version not in self._version_iter:
+            save_rollout_weights(self.engine, version, self._write_version(version),
+                                 keep=c.max_staleness + 2)
+            path = (Path(self.engine.out_dir) / ROLLOUT_WEIGHTS / version).resolve()
+            self.server.load(version, str(path))
+        self._version_iter[version] = iteration
+        # Batches from this iteration on play weights of iteration >= iteration - s.
+        for old, last in list(self._version_iter.items()):
+            if old != version and last < iteration - c.max_staleness:
+                self.server.unload(old)
+                del self._version_iter[old]
+        return version
+
+    def _served_batches(self, iteration: int) -> tuple[list[list[Episode]], dict[str, float]]:
+        """Iteration ``iteration``'s rollout batches from the server, and their staleness."""
+        from tackroom.train.server import RolloutProducer
+
+        c = self.cfg
+        version = self._publish(iteration)
+        if c.max_staleness == 0:
+            batches = [self._play_served(iteration, b, version) for b in range(c.grad_accum)]
+        else:
+            # Iterations still to train if none comes back empty: play no further.
+            left = -(-(c.steps - self.engine.step) // c.num_iterations)
+            if self.producer is None:
+                self.producer = RolloutProducer(
+                    lambda j, v: [self._play_served(j, b, v) for b in range(c.grad_accum)],
+                    start=iteration, staleness=c.max_staleness, limit=iteration + left)
+            self.producer.allow(iteration + left)
+            self.producer.publish(iteration, version)
+            _, batches = self.producer.get(iteration)
+        lags = []
+        for ep in (e for b in batches for e in b):
+            for turn in ep.turns:
+                if turn.adapter not in self._version_iter:
+                    raise TackroomError(
+                        f"a rollout turn was answered by {turn.adapter!r}, not by a weight "
+                        "version this run loaded", "rollout.base_url",
+                        "the server must answer with the adapter a request names (its "
+                        "'model' field), as vLLM does")
+                lags.append(iteration - self._version_iter[turn.adapter])
+        if lags and max(lags) > c.max_staleness:
+            raise TackroomError(f"rollouts {max(lags)} updates old exceed rollout.max_staleness"
+                                f" = {c.max_staleness}", "train", "report this as a bug")
+        metrics = {"staleness_max": float(max(lags, default=0)),
+                   "staleness_mean": sum(lags) / max(1, len(lags))}
+        return batches, metrics
+
+    def _play_served(self, iteration: int, batch: int, version: str) -> list[Episode]:
+        """One rollout batch played by weight version ``version`` on the server."""
+        from tackroom.train.rollouts import draw_cells, play
+        from tackroom.train.server import ServedPolicy
+
+        c = self.cfg
+        assert self.suite is not None
+        policy = ServedPolicy(version, c.base_url, concurrency=c.concurrency)
+        sampling = Sampling(temperature=c.temperature, top_p=c.top_p, max_tokens=c.max_tokens)
+        cells = draw_cells(self.tasks, self.harness_specs, policy, seed=c.seed,
+                           iteration=iteration, batch=batch, tasks_per_step=c.tasks_per_step,
+                           group_size=c.group_size, sampling=sampling)
+
+        async def go() -> list[Episode]:
+            try:
+                return await play(cells, self.suite, self.run_id, store=self.store,
+                                  concurrency=c.concurrency)
+            finally:
+                await policy.aclose()
+
+        episodes = asyncio.run(go())
+        if episodes and all(e.outcome is Outcome.INFRA_ERROR for e in episodes):
+            raise TackroomError(f"every rollout of iteration {iteration} failed "
+                                f"({(episodes[0].error or '').splitlines()[0][:300]})",
+                                "rollout.base_url", f"check the server at {c.base_url}")
+        return episodes
+
+    def _check_recorded(self, samples: list[TurnSample]) -> None:
+        """Off-policy samples need the sampler's own log-probs: π_old cannot be recomputed."""
+        if self.cfg.max_staleness == 0:
+            return
+        missing = sum(not s.recorded_logp for s in samples)
+        if missing:
+            raise TackroomError(f"{missing} of {len(samples)} rollout turns came back without "
+                                "token ids and log-probs", "rollout.base_url",
+                                "async training needs the server's own (vLLM and tackroom "
+                                "serve return them with logprobs and return_token_ids); or set "
+                                "rollout.max_staleness = 0")
 
     # -------------------------------------------------------------------- data
     def _collect(self, iteration: int, batch: int) -> list[Episode]:
