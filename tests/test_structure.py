@@ -249,3 +249,18 @@ def test_harness_imports_only_core_and_harness():
                       or not _tackroom(imp.name) or _under(imp.name, "tackroom.core")
                       or _under(imp.name, "tackroom.harness"))
     assert not bad, "\n".join(bad)
+
+
+#: What tackroom.optimize (candidates, proposers, the guard, the audit) stands on: the
+#: analysis/train level, below the application layer and the CLI that drive it.
+OPTIMIZE_MAY_IMPORT = ("tackroom.core", "tackroom.harness", "tackroom.runner", "tackroom.records",
+                       "tackroom.policies", "tackroom.analysis", "tackroom.optimize")
+
+
+def test_optimize_sits_at_the_analysis_level():
+    bad = _violations("tackroom.optimize imports only from "
+                      + ", ".join(OPTIMIZE_MAY_IMPORT),
+                      lambda m, imp: not _under(m.name, "tackroom.optimize")
+                      or not _tackroom(imp.name)
+                      or any(_under(imp.name, p) for p in OPTIMIZE_MAY_IMPORT))
+    assert not bad, "\n".join(bad)

@@ -9,6 +9,7 @@ prints; the work is done by the Python API (``tackroom.evaluate`` …):
 - :mod:`.harness` — ``harness list|show|diff|validate``, ``tasks`` and ``tasks import``
 - :mod:`.training` — ``model init``, ``sft``, ``train``, ``export-groups``
 - :mod:`.serve` — ``serve``
+- :mod:`.optimize` — ``optimize``, ``audit``
 
 User errors (:class:`~tackroom.core.errors.TackroomError`, and click's usage errors) print
 one line and exit 2.
@@ -22,7 +23,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from tackroom.cli import evaluate, harness, records, report, serve, training
+from tackroom.cli import evaluate, harness, optimize, records, report, serve, training
 from tackroom.cli.common import err_console
 from tackroom.core.errors import ConfigError, TackroomError
 
@@ -68,6 +69,8 @@ app.command("sft")(training.sft_cmd)
 app.command("train")(training.train_cmd)
 app.command("export-groups")(training.export_groups_cmd)
 app.command("serve")(serve.serve_cmd)
+app.command("optimize")(optimize.optimize_cmd)
+app.command("audit")(optimize.audit_cmd)
 
 
 #: Set when SIGTERM arrived: the run stops as on Ctrl-C, and the exit status says SIGTERM.

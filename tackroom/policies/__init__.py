@@ -1,7 +1,8 @@
 """Policy backends by spec string: one table that both checks and builds them.
 
-``expert``, ``bundled``, ``hf:MODEL_DIR[:ADAPTER_DIR]``, ``openai:MODEL[@BASE_URL]``
-and ``replay:RUN_ID[:POLICY]``. Each :class:`Backend` says which spec form it
+``expert``, ``skill-expert`` (the expert gated by the harness's skills, a scripted
+stand-in for a model that reads skills), ``bundled``, ``hf:MODEL_DIR[:ADAPTER_DIR]``,
+``openai:MODEL[@BASE_URL]`` and ``replay:RUN_ID[:POLICY]``. Each :class:`Backend` says which spec form it
 reads, which loose options (``base_url``, ``timeout``, ``threads`` …) it takes,
 and how to build it; :func:`check_policy_spec` (form only, nothing loaded, e.g.
 for a manifest sealed before the policy runs) and :func:`make_policy` read the
@@ -45,6 +46,12 @@ def _expert(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy
     return ExpertPolicy()
 
 
+def _skill_expert(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
+    from tackroom.policies.skill_gated import SkillGatedPolicy
+
+    return SkillGatedPolicy()
+
+
 def _bundled(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
     from tackroom.policies.bundled import make_bundled_policy
 
@@ -78,6 +85,7 @@ _HF_OPTIONS = frozenset({"device", "dtype", "max_batch", "batch_wait_ms", "threa
 #: Every policy backend, by kind.
 BACKENDS: dict[str, Backend] = {b.kind: b for b in (
     Backend("expert", "expert", False, frozenset(), _expert),
+    Backend("skill-expert", "skill-expert", False, frozenset(), _skill_expert),
     Backend("bundled", "bundled", False, _HF_OPTIONS, _bundled),
     Backend("hf", "hf:MODEL_DIR[:ADAPTER_DIR]", True, _HF_OPTIONS, _hf),
     Backend("openai", "openai:MODEL[@BASE_URL]", True,

@@ -1,0 +1,93 @@
+"""``tackroom optimize`` and ``tackroom audit``: harness/skill optimisation and its BiPA audit."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tackroom.cli.common import DEFAULT_DB, DbOpt, console, progress_bar
+
+
+def optimize_cmd(
+    config: Annotated[str | None, typer.Option(
+        "--config", "-c", help="optimize.toml: [optimize], [splits], [sampling] "
+        "(docs/optimize.md).")] = None,
+    resume: Annotated[str | None, typer.Option(
+        "--resume", help="Finish optimiser run OPT_RUN from its journal.")] = None,
+    out: Annotated[str | None, typer.Option(
+        "--out", help="Where candidate harness files go (default: beside the store).")] = None,
+    db: DbOpt = DEFAULT_DB,
+) -> None:
+    """Optimise a harness: propose edits from failures, accept on dev, report on test.
+
+    Every candidate is a harness file that `extends` its parent; every evaluation is an
+    ordinary run in the store; a killed run continues with --resume.
+
+    [bold]Examples[/bold]
+
+      tackroom optimize -c optimize.toml
+
+      tackroom optimize --resume opt-20261201-101500-ab12
+
+      tackroom audit opt-20261201-101500-ab12
+    """
+    from tackroom.app.optimization import optimize
+    from tackroom.core.errors import ConfigError
+
+    if (config is None) == (resume is None):
+        raise ConfigError("give --config FILE for a new run or --resume OPT_RUN", "optimize",
+                          "e.g. tackroom optimize -c optimize.toml")
+    with progress_bar("optimize", None, stats="baseline on dev…") as bar:
+        result = optimize(config or "", store=db, run_id=resume, resume_run=resume is not None,
+                          out_dir=out, on_note=bar.note)
+    table = Table(title=f"optimiser run {result.run_id}")
+    for col in ("harness", "dev", "test", "n dev", "n test"):
+        table.add_column(col, justify="left" if col == "harness" else "right")
+    for label, row in result.table.items():
+        table.add_row(label, f"{row['dev']:.1%}", f"{row['test']:.1%}", str(row["n_dev"]),
+                      str(row["n_test"]))
+    console.print(table)
+    console.print(f"accepted: {', '.join(result.accepted) or 'nothing'}; "
+                  f"{result.dev_evaluations} dev evaluation(s), {result.rejected} candidate(s) "
+                  f"rejected by the leakage guard; best harness: {result.best_path}")
+    console.print(f"next: tackroom audit {result.run_id}")
+
+
+def audit_cmd(
+    run: Annotated[str, typer.Argument(help="The optimiser run (opt-…) to audit.")],
+    json_out: Annotated[str | None, typer.Option(
+        "--json", help="Also write the audit as JSON to this file.")] = None,
+    db: DbOpt = DEFAULT_DB,
+) -> None:
+    """The BiPA audit of an optimiser run: selection effect, dev → test, read graph, cost.
+
+    Re-runs the acceptance rule on the same candidates under fresh seeds (the
+    winner's curse), evaluates each accepted candidate on test, reads which skill
+    sections the final harness's episodes acted on, and what each accepted edit cost.
+
+    [bold]Examples[/bold]
+
+      tackroom audit opt-20261201-101500-ab12
+
+      tackroom audit opt-20261201-101500-ab12 --json audit.json
+    """
+    import json
+    from pathlib import Path
+
+    from tackroom.app.optimization import audit
+    from tackroom.optimize.audit import render_audit_tables
+
+    with progress_bar("audit", None, stats="fresh seeds…") as bar:
+        result = audit(run, store=db, on_note=bar.note)
+    for i, effect in enumerate(result.replay):
+        for table in render_audit_tables(effect=effect):
+            table.title = f"{table.title or 'acceptance replay'} (round {i})"
+            console.print(table)
+    for table in render_audit_tables(devtest=result.dev_test, usage=result.usage,
+                                     costs=result.costs):
+        console.print(table)
+    if json_out:
+        Path(json_out).write_text(json.dumps(result.to_dict(), indent=1))
+        console.print(f"wrote {json_out}")
