@@ -18,7 +18,9 @@ tasks and nothing else; a redundant rule never changes what it does — exactly
 what the audit's read graph should find unused. Under tool-call harnesses its
 reply text names the rule it followed (``Following 'skill': rule``), which is
 what the read graph's quote attribution links; under text-command harnesses the
-reply is the bare command.
+reply is the bare command. It has no tokenizer: ``prompt_tokens`` is the number
+of words of the messages it was sent (an approximation, so that the cost of a
+rule in input "tokens" is still visible).
 
 It is documented as scripted everywhere it is used: never a model result.
 """
@@ -85,6 +87,10 @@ def covering_rule(action: Any, view: Any, rules: list[tuple[str, str]]) -> tuple
     return None
 
 
+def _words(messages: list[dict[str, Any]]) -> int:
+    return sum(len(str(m.get("content") or "").split()) for m in messages)
+
+
 class SkillGatedPolicy:
     """The suite's expert, gated by the harness's skills; ``id = "skill-expert"``."""
 
@@ -100,10 +106,14 @@ class SkillGatedPolicy:
         rules = skill_rules(request.messages)
         followed = [covering_rule(a, view, rules) for a in actions]
         if any(f is None for f in followed):
-            return PolicyResponse(text="(no skill says what to do here)")
+            return PolicyResponse(text="(no skill says what to do here)",
+                                  prompt_tokens=_words(request.messages))
         response = view.encode(actions)
         if response is None:
             return PolicyResponse(text="(this harness cannot express the action)")
+        # No tokenizer here: count the prompt's words, so the audit's input cost of an
+        # added rule is visible (approximate, and documented as such).
+        response.prompt_tokens = response.prompt_tokens or _words(request.messages)
         if response.tool_calls and not response.text:
             # Beside tool calls the text is free: say which rule was followed, as a model
             # that reads skills would, so the audit's read graph can link turn and rule.
