@@ -189,3 +189,17 @@ def test_bad_optimize_configs_are_one_clear_line(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     proc = run_cli("audit", "opt-nope", "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path)
     assert proc.returncode == 2 and "no optimiser run" in proc.stderr
+
+
+def test_the_report_of_an_optimiser_run_has_its_table_and_audit(tmp_path: Path) -> None:
+    db = tmp_path / "r.duckdb"
+    result = optimize(config(rounds=1), store=db, out_dir=tmp_path / "out")
+    before = tackroom.report([result.run_id], store=db, out=tmp_path / "before.html")
+    assert "Not audited yet" in before.path.read_text()
+    audit(result.run_id, store=db)
+    rep = tackroom.report([result.run_id], store=db, out=tmp_path / "after.html")
+    page = rep.path.read_text()
+    assert 'id="optimizer"' in page and "Acceptance replay" in page and "never used" in page
+    # The rest of the report is the optimiser's test evaluations.
+    assert set(rep.run_ids) == {f"{result.run_id}.{n}.test"
+                                for n in ("none", "seed-skills", result.best)}

@@ -66,7 +66,7 @@ def report(runs: Sequence[str] = ("latest",), *, out: str | Path | None = None,
         raise ConfigError("compare names one cell", "--compare",
                           "name at least two POLICY@HARNESS cells")
     with open_store(store, read_only=True) as st:
-        run_ids = [resolve_run(st, r) for r in runs]
+        run_ids, optimizer = _expand_optimizer_runs(st, [resolve_run(st, r) for r in runs])
         rows = [row for rid in run_ids for row in st.episodes(run_id=rid)]
         if not rows:
             raise ConfigError("the run(s) have no episodes yet", str(st.path),
@@ -79,6 +79,8 @@ def report(runs: Sequence[str] = ("latest",), *, out: str | Path | None = None,
         pairs = [(a, b) for i, a in enumerate(picked) for b in picked[i + 1:]]
         view = report_view(st, run_ids, train_harness=train_harness or None,
                            gain_pairs=gain_pairs or None, compare=pairs or None)
+        if optimizer:
+            view.data["optimizer"] = optimizer
         target = Path(out or Path(st.path).parent / f"report-{'+'.join(run_ids)}.html")
         check_output_file(target)
         try:
@@ -87,6 +89,33 @@ def report(runs: Sequence[str] = ("latest",), *, out: str | Path | None = None,
             raise ConfigError(f"cannot write the report ({exc.strerror or exc})", str(target),
                               "pass a writable file path with --out") from None
     return Report(target.resolve(), run_ids, view)
+
+
+def _expand_optimizer_runs(store: RecordStore, run_ids: list[str]
+                           ) -> tuple[list[str], list[dict[str, Any]]]:
+    """Optimiser runs (``tackroom optimize``) stand for their test evaluations; their table
+    and audit go to the report's optimiser section."""
+    from tackroom.app.optimization import journal
+
+    out: list[str] = []
+    optimizer: list[dict[str, Any]] = []
+    for rid in run_ids:
+        info = store.run(rid) or {}
+        if info.get("command") != "optimize":
+            out.append(rid)
+            continue
+        entries = journal(store, rid)
+        final = entries.get("final")
+        if final is None:
+            raise ConfigError(f"optimiser run {rid!r} has not finished", "report",
+                              f"finish it first: tackroom optimize --resume {rid}")
+        names = {"none": "none", "seed-skills": "seed-skills", "optimized": final["best"]}
+        out.extend(entries[f"eval:{names[label]}:test"]["run"] for label in final["table"])
+        audit = entries.get("audit")
+        optimizer.append({"run_id": rid, "table": final["table"], "accepted": final["accepted"],
+                          "audit": {k: audit[k] for k in ("replay", "dev_test", "usage", "costs")}
+                          if audit else None})
+    return list(dict.fromkeys(out)), optimizer
 
 
 def policy_resolver(rows: Sequence[Mapping[str, Any]], configs: Sequence[RunConfig]

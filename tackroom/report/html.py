@@ -221,6 +221,67 @@ def _section_sealed(d: Mapping[str, Any]) -> str:
     return "".join(out) + "</section>"
 
 
+def _ivl(x: Mapping[str, Any] | None) -> str:
+    """An audit interval ``{"value", "lo", "hi"}`` (fractions) in percentage points."""
+    if not x or x.get("value") is None:
+        return '<span class="muted">–</span>'
+    lo, hi = x.get("lo"), x.get("hi")
+    ci = "" if lo is None or hi is None else \
+        f' <span class="ci">[{100 * lo:+.1f}, {100 * hi:+.1f}]</span>'
+    return f"{100 * x['value']:+.1f} pp{ci}"
+
+
+def _section_optimizer(d: Mapping[str, Any]) -> str:
+    """An optimiser run: its table on dev and test and, when audited, the BiPA audit."""
+    out = ['<section id="optimizer"><h2>Optimiser and audit</h2>',
+           '<p class="lede">A harness optimiser proposed edits, accepted candidates on dev and '
+           "was scored on a test split it never read. The rest of this report shows its test "
+           "evaluations: the parent harness, the hand-written seed skills and the optimiser's "
+           "output. The audit re-runs the acceptance rule on fresh seeds (the selection effect: "
+           "gain at selection minus gain on fresh seeds), compares dev with test, lists the skill "
+           "rules the agent never acted on, and what each accepted edit cost "
+           "(docs/optimize.md).</p>"]
+    for opt in d.get("optimizer") or []:
+        out.append(f'<h3>Run <span class="mono">{esc(opt["run_id"])}</span></h3>'
+                   f'<p>accepted: {esc(", ".join(opt["accepted"]) or "nothing")}</p>')
+        out.append(_table([("harness", False), ("dev", True), ("test", True), ("n dev", True),
+                           ("n test", True)],
+                          [[esc(k), pct(v["dev"]), pct(v["test"]), str(v["n_dev"]),
+                            str(v["n_test"])] for k, v in opt["table"].items()]))
+        audit = opt.get("audit")
+        if not audit:
+            out.append(_note(f"Not audited yet: tackroom audit {opt['run_id']}"))
+            continue
+        out.append("<h4>Acceptance replay</h4>" + _table(
+            [("round", True), ("selected", False), ("gain at selection", True),
+             ("gain on fresh seeds", True), ("selection effect", True), ("same pick", False)],
+            [[str(i), esc(", ".join(e["selected"]) or "(none)"), _ivl(e["gain_selection"]),
+              _ivl(e["gain_fresh"]), _ivl(e["effect"]),
+              "yes" if e["agreement"]["same"] else "no"]
+             for i, e in enumerate(audit["replay"])]))
+        if audit["dev_test"]:
+            out.append("<h4>Dev → test (gain over the parent)</h4>" + _table(
+                [("candidate", False), ("dev", True), ("test", True), ("drop", True)],
+                [[esc(r["candidate"]), _ivl(r["dev"]), _ivl(r["test"]), _ivl(r["drop"])]
+                 for r in audit["dev_test"]]))
+        rules = [u for u in audit["usage"] if "/" in u["id"]]
+        if rules:
+            out.append("<h4>Skill rules: in context and acted on (final harness, test)</h4>"
+                       + _table([("rule", False), ("text", False), ("episodes in context", True),
+                                 ("episodes acted on", True)],
+                                [[esc(u["id"]), esc(u["text"][:120]),
+                                  str(u["episodes_in_context"]),
+                                  (f"{u['episodes_acted']} <b>never used</b>"
+                                   if u["never_used"] else str(u["episodes_acted"]))]
+                                 for u in rules]))
+        if audit["costs"]:
+            out.append("<h4>Cost per accepted edit (per episode)</h4>" + _table(
+                [("edit", False), ("input tokens", True), ("turns", True)],
+                [[esc(c["label"]), f"{c['input_tokens']['diff']:+.0f}",
+                  f"{c['turns']['diff']:+.2f}"] for c in audit["costs"]]))
+    return "".join(out) + "</section>"
+
+
 def _section_success(d: Mapping[str, Any]) -> str:
     out = ['<section id="success"><h2>Success by harness × policy</h2>',
            '<p class="lede">Success rate over scored episodes with its Wilson 95% interval '
@@ -631,6 +692,8 @@ def _page(d: Mapping[str, Any], index: Mapping[str, Any], turns: Mapping[str, An
            ("episodes", "Episodes")]
     if d.get("sealed"):
         toc.insert(1, ("sealed", "Sealed evaluation"))
+    if d.get("optimizer"):
+        toc.insert(1, ("optimizer", "Optimiser"))
     parts = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">',  # no " & < in it
@@ -643,7 +706,9 @@ def _page(d: Mapping[str, Any], index: Mapping[str, Any], turns: Mapping[str, An
         f'<div class="sub">{sub}</div><nav class="toc">',
         "".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in toc),
         "</nav></div></header><main>",
-        _section_overview(d), _section_sealed(d) if d.get("sealed") else "", _section_success(d), _section_tasks(d), _section_ceiling(d),
+        _section_overview(d), _section_optimizer(d) if d.get("optimizer") else "",
+        _section_sealed(d) if d.get("sealed") else "", _section_success(d), _section_tasks(d),
+        _section_ceiling(d),
         _section_transfer(d), _section_conflation(d), _section_gain(d),
         _section_browser(d, index),
         f"<footer>tackroom {esc(__version__)} · one self-contained file: no network, "
