@@ -49,6 +49,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tackroom.testing.harnesses import command_harness  # no torch: cheap to import
+
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -247,25 +249,7 @@ def _child(side: str, model_dir: str, batch: dict[str, Any], args: dict[str, Any
 
 # ------------------------------------------------------------ async vs sync, whole steps
 
-_BENCH_HARNESS = """name = "bench-cmd1"
-description = "Numbered element list; one text command; one turn."
-[prompt]
-system = "You are a web agent. Act on an element by its [number]."
-[observation]
-renderer = "element_list"
-[actions]
-interface = "element_refs"
-parser = "commands"
-[loop]
-actions_per_turn = 1
-history = 1
-on_malformed = "feedback"
-on_action_error = "feedback"
-[budget]
-turns = 1
-wall_seconds = 120
-state_to_model = false
-"""
+_BENCH_HARNESS = command_harness("bench-cmd1", wall_seconds=120)
 
 
 class _LatencyPolicy:

@@ -31,6 +31,7 @@ from tackroom.policies import make_policy  # noqa: E402
 from tackroom.records import RecordStore  # noqa: E402
 from tackroom.runner.grid import plan_grid, run_cells  # noqa: E402
 from tackroom.suites import get_suite  # noqa: E402
+from tackroom.testing.harnesses import command_harness  # noqa: E402
 from tackroom.train.config import RLConfig  # noqa: E402
 from tackroom.train.engine import OptimSettings  # noqa: E402
 from tackroom.train.rl import run_rl  # noqa: E402
@@ -43,25 +44,7 @@ TACKROOM = [sys.executable, "-m", "tackroom.cli"]
 TASKS = "focus-text,click-dialog"
 # A compact text harness: numbered element list, one `click N` command, one turn. Short
 # prompts and replies keep SFT and RL on a 1M-parameter model within seconds.
-HARNESS = """name = "list-cmd1"
-description = "Numbered element list; one text command; one turn."
-[prompt]
-system = "You are a web agent. Act on an element by its [number]."
-[observation]
-renderer = "element_list"
-[actions]
-interface = "element_refs"
-parser = "commands"
-[loop]
-actions_per_turn = 1
-history = 1
-on_malformed = "feedback"
-on_action_error = "feedback"
-[budget]
-turns = 1
-wall_seconds = 60
-state_to_model = false
-"""
+HARNESS = command_harness("list-cmd1")
 # The same harness under another system prompt: a second environment index for V(s, e).
 HARNESS_B = """extends = "list-cmd1"
 name = "list-cmd1b"

@@ -30,6 +30,7 @@ from tackroom.records import RecordStore  # noqa: E402
 from tackroom.runner.grid import plan_grid, run_cells  # noqa: E402
 from tackroom.serve import ServerThread  # noqa: E402
 from tackroom.suites import get_suite  # noqa: E402
+from tackroom.testing.harnesses import command_harness  # noqa: E402
 from tackroom.train.config import RLConfig  # noqa: E402
 from tackroom.train.engine import OptimSettings  # noqa: E402
 from tackroom.train.rl import run_rl, weight_version  # noqa: E402
@@ -39,25 +40,7 @@ torch.set_num_threads(1)
 
 TASKS = "focus-text,click-dialog"
 # One numbered element list, one `click N` command, one turn (as tests/test_rl.py).
-HARNESS = """name = "list-cmd1"
-description = "Numbered element list; one text command; one turn."
-[prompt]
-system = "You are a web agent. Act on an element by its [number]."
-[observation]
-renderer = "element_list"
-[actions]
-interface = "element_refs"
-parser = "commands"
-[loop]
-actions_per_turn = 1
-history = 1
-on_malformed = "feedback"
-on_action_error = "feedback"
-[budget]
-turns = 1
-wall_seconds = 60
-state_to_model = false
-"""
+HARNESS = command_harness("list-cmd1")
 STEPS = 3
 G = 4
 TASKS_PER_STEP = 2

@@ -6,7 +6,7 @@ optimisers add redundant rules that cost input tokens and turns. This script
 runs tackroom's optimiser and audit on a built-in suite and checks each finding:
 
 1. ``tackroom.app.optimization.optimize``: the ``som-tools`` harness (no skills)
-   on the toy suite, the ``skill-expert`` agent (the toy experts gated by the
+   on the toy suite or MiniWoB++ (``--suite``), the ``skill-expert`` agent (the toy experts gated by the
    harness's skills: a *scripted* skill-following stand-in whose success depends
    on the skill text only — not a model), the scripted proposer (structured
    mutations of rules and loop limits, blind to failures), greedy acceptance on
@@ -19,7 +19,7 @@ runs tackroom's optimiser and audit on a built-in suite and checks each finding:
 
 Writes ``results.md`` and ``results.json`` (the whole audit) in ``--workdir``.
 
-Usage: .venv/bin/python examples/skill-audit/run.py [--workdir skill-audit-run]
+Usage: .venv/bin/python examples/skill-audit/run.py [--suite toy|miniwob] [--workdir skill-audit-run]
        [--rounds 4] [--candidates 4] [--dev-seeds 30] [--test-seeds 60] [--seed 0]
 """
 
@@ -35,6 +35,7 @@ from typing import Any
 
 from tackroom.core.errors import TackroomError
 
+#: The same eight task families in both suites (each has a scripted expert there).
 TASKS = ["click-button", "click-link", "click-checkboxes", "click-option", "click-tab",
          "focus-text", "enter-text", "click-dialog"]
 
@@ -42,6 +43,10 @@ TASKS = ["click-button", "click-link", "click-checkboxes", "click-option", "clic
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default="skill-audit-run")
+    ap.add_argument("--suite", default="toy", choices=["toy", "miniwob"],
+                    help="toy (in-process, seconds) or miniwob (MiniWoB++ in Chromium)")
+    ap.add_argument("--concurrency", type=int, default=0,
+                    help="episodes at a time (0: the suite's default)")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--candidates", type=int, default=4)
     ap.add_argument("--train-seeds", type=int, default=5)
@@ -64,7 +69,8 @@ def run(a: argparse.Namespace) -> None:
     work.mkdir(parents=True)
     db = work / "runs.duckdb"
     cfg = OptimizeConfig(
-        suite="toy", harness="som-tools", policy="skill-expert", tasks=TASKS,
+        suite=a.suite, harness="som-tools", policy="skill-expert", tasks=TASKS,
+        concurrency=a.concurrency,
         proposer="scripted", acceptance="greedy", rounds=a.rounds, candidates=a.candidates,
         budget=a.rounds * a.candidates, seed=a.seed, train=f"0-{a.train_seeds - 1}",
         dev=f"100-{100 + a.dev_seeds - 1}", test=f"1000000-{1000000 + a.test_seeds - 1}",

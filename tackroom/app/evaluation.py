@@ -15,12 +15,10 @@ trainer's evaluations and the examples. A run is
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tackroom.app.limits import (
     check_grid_size,
@@ -30,6 +28,7 @@ from tackroom.app.limits import (
     seed_list,
 )
 from tackroom.app.runs import Run, new_run_id, open_store, resolve_run
+from tackroom.core.aio import run_sync
 from tackroom.core.episode import Episode
 from tackroom.core.errors import ConfigError
 from tackroom.core.policy import Policy, Sampling
@@ -41,8 +40,6 @@ from tackroom.records import RecordStore
 from tackroom.runner.grid import GridPlan, plan_grid, resume_attempts, run_cells
 from tackroom.runner.sealed import Manifest, sealed_config
 from tackroom.suites import get_suite, select_tasks
-
-T = TypeVar("T")
 
 #: Episodes at a time for runs with an ``openai:`` policy: a server, not this machine, is
 #: the limit, and a client that floods it gets timeouts instead of answers.
@@ -256,20 +253,6 @@ def execute(plan_: RunPlan, **kwargs: Any) -> Run:
     ``interrupted``, and the error is raised; ``resume(run_id)`` finishes it.
     """
     return run_sync(lambda: execute_async(plan_, **kwargs))
-
-
-def run_sync(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run a coroutine to completion from synchronous code, also inside a running loop.
-
-    In a notebook (whose event loop is running) the coroutine runs on a
-    fresh loop in a worker thread, so ``tackroom.evaluate(...)`` works there too.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(make())
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: asyncio.run(make())).result()
 
 
 def evaluate(suite: str | Suite = "toy", *, tasks: Sequence[str | Task] | None = None,

@@ -19,12 +19,11 @@ wrong on the way (an answer with no usable edits, a server error) goes to the pr
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import random
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
+from tackroom.core.aio import run_sync
 from tackroom.core.episode import Episode
 from tackroom.core.errors import ContextLengthExceeded, InfraError
 from tackroom.core.policy import Policy, PolicyRequest, Sampling
@@ -60,20 +59,6 @@ class Proposer(Protocol):
                        rng_seed: int) -> list[list[Edit]]:
         """:meth:`propose`, from inside a running event loop."""
         ...
-
-
-T = TypeVar("T")
-
-
-def _run_sync(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run the coroutine ``make()`` from synchronous code, also when a loop is running (a
-    notebook): then on a fresh loop in a worker thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(make())
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: asyncio.run(make())).result()
 
 
 # -- the LLM proposer ------------------------------------------------------------------------
@@ -185,7 +170,7 @@ class LLMProposer:
 
         The policy may be used from one event loop after another (tackroom's HTTP client
         reopens its connections on a new loop)."""
-        return _run_sync(lambda: self.apropose(parent, failures, n, rng_seed))
+        return run_sync(lambda: self.apropose(parent, failures, n, rng_seed))
 
     async def apropose(self, parent: HarnessSpec, failures: list[Episode], n: int,
                        rng_seed: int) -> list[list[Edit]]:
