@@ -203,3 +203,18 @@ def test_the_report_of_an_optimiser_run_has_its_table_and_audit(tmp_path: Path) 
     # The rest of the report is the optimiser's test evaluations.
     assert set(rep.run_ids) == {f"{result.run_id}.{n}.test"
                                 for n in ("none", "seed-skills", result.best)}
+
+
+def test_pareto_acceptance_keeps_a_front_and_draws_parents_from_it(tmp_path: Path) -> None:
+    result = optimize(config(acceptance="pareto", rounds=3, budget=9), store=tmp_path / "r.duckdb",
+                      out_dir=tmp_path / "out")
+    with RecordStore(tmp_path / "r.duckdb") as store:
+        entries = journal(store, result.run_id)
+    rounds = [entries[f"accept:{r}"] for r in range(3) if f"accept:{r}" in entries]
+    front = ["none"]
+    for acc in rounds:
+        assert acc["current"] in front  # the round's parent came from the front before it
+        assert set(acc["admitted"]) <= set(acc["front"])
+        front = acc["front"]
+    assert result.best in front
+    assert result.accepted and "none" not in front  # the skills beat no skills somewhere

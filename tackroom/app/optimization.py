@@ -24,6 +24,7 @@ finished evaluations are read back, an unfinished one is resumed.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,8 @@ from tackroom.core.policy import Sampling
 from tackroom.harness.spec import HarnessSpec, load_harness
 from tackroom.records import RecordStore
 
-__all__ = ["AuditResult", "OptimizeResult", "Scores", "audit", "choose", "journal", "optimize"]
+__all__ = ["AuditResult", "OptimizeResult", "Scores", "audit", "choose", "journal", "optimize",
+           "pareto_front"]
 
 #: (task, seed) → success (0/1) of the final scored attempt there.
 Scores = dict[tuple[str, int], float]
@@ -119,27 +121,36 @@ class _Loop:
         try:
             self.out.mkdir(parents=True, exist_ok=True)
             parent = load_harness(c.harness)
-            current_name, current_ref, current = "none", c.harness, parent
+            refs = {"none": c.harness}
+            current_name = "none"  # greedy / threshold: the one harness each round improves
+            front = ["none"]       # pareto: the candidates no other beats on every task
             accepted: list[str] = []
             dev_scores = {"none": self._evaluate("none", c.harness, "dev")}
             for rnd in range(c.rounds):
                 if self.dev_evaluations >= c.budget:
                     break
-                failures = self._failures(current_name, current_ref)
-                proposals = self._propose(rnd, current_name, current_ref, current, failures)
+                # GEPA samples each round's parent from its Pareto front; the others
+                # always improve the current harness.
+                base = (front[random.Random(f"{c.seed}:{rnd}").randrange(len(front))]
+                        if c.acceptance == "pareto" else current_name)
+                failures = self._failures(base, refs[base])
+                proposals = self._propose(rnd, base, refs[base], load_harness(refs[base]),
+                                          failures)
                 round_scores: dict[str, Scores] = {}
                 for cand in proposals:
                     if self.dev_evaluations >= c.budget:
                         break
-                    path = str(self.out / "candidates" / f"{cand['name']}.toml")
-                    round_scores[cand["name"]] = self._evaluate(cand["name"], path, "dev")
+                    refs[cand["name"]] = str(self.out / "candidates" / f"{cand['name']}.toml")
+                    round_scores[cand["name"]] = self._evaluate(cand["name"],
+                                                                refs[cand["name"]], "dev")
                     dev_scores[cand["name"]] = round_scores[cand["name"]]
-                chosen = self._accept(rnd, current_name, dev_scores[current_name], round_scores)
-                if chosen is not None:
-                    accepted.append(chosen)
-                    current_name = chosen
-                    current_ref = str(self.out / "candidates" / f"{chosen}.toml")
-                    current = load_harness(current_ref)
+                admitted, front = self._accept(rnd, base, dev_scores, round_scores, front)
+                accepted += admitted
+                if admitted and c.acceptance != "pareto":
+                    current_name = admitted[0]
+            if c.acceptance == "pareto":  # the front's best on dev is the optimiser's output
+                current_name = max(front, key=lambda n: _mean(dev_scores[n]))
+            current_ref = refs[current_name]
             # The final table: no optimisation, hand-written seed skills, the optimiser's output.
             seeds_path = self._seed_baseline(parent)
             variants = {"none": c.harness, "seed-skills": seeds_path}
@@ -269,17 +280,40 @@ class _Loop:
         return str(cand.write(self.out / "candidates"))
 
     # ------------------------------------------------------------- acceptance
-    def _accept(self, rnd: int, current: str, current_scores: Scores,
-                round_scores: Mapping[str, Scores]) -> str | None:
+    def _accept(self, rnd: int, base: str, dev_scores: Mapping[str, Scores],
+                round_scores: Mapping[str, Scores], front: list[str]
+                ) -> tuple[list[str], list[str]]:
+        """Round ``rnd``'s accepted candidates and the Pareto front after it (journaled)."""
         key = f"accept:{rnd}"
-        if key in self.entries:
-            return self.entries[key]["chosen"]
-        chosen = choose(self.cfg.acceptance, current_scores, round_scores, self.cfg.threshold)
-        self._log(key, {"kind": "acceptance", "round": rnd, "rule": self.cfg.acceptance,
-                        "current": current, "chosen": chosen,
-                        "dev": {n: _mean(s) for n, s in round_scores.items()}})
-        self.note(f"round {rnd}: " + (f"accepted {chosen}" if chosen else "nothing accepted"))
-        return chosen
+        if key not in self.entries:
+            rule = self.cfg.acceptance
+            if rule == "pareto":
+                new_front = pareto_front({n: dev_scores[n] for n in [*front, *round_scores]})
+                admitted = [n for n in new_front if n in round_scores]
+            else:
+                chosen = choose(rule, dev_scores[base], round_scores, self.cfg.threshold)
+                admitted, new_front = ([chosen] if chosen else []), front
+            self._log(key, {"kind": "acceptance", "round": rnd, "rule": rule, "current": base,
+                            "chosen": admitted[0] if admitted else None, "admitted": admitted,
+                            "front": new_front,
+                            "dev": {n: _mean(sc) for n, sc in round_scores.items()}})
+            self.note(f"round {rnd}: " + (f"accepted {', '.join(admitted)}" if admitted
+                                          else "nothing accepted"))
+        entry = self.entries[key]
+        return list(entry["admitted"]), list(entry["front"])
+
+
+def pareto_front(scores: Mapping[str, Scores]) -> list[str]:
+    """The harnesses no other beats on every task (dev success per task; GEPA's front)."""
+    from tackroom.optimize.audit import accept_pareto
+
+    by_task: dict[str, dict[str, list[float]]] = {}
+    for name, sc in scores.items():
+        for (task, _seed), v in sc.items():
+            by_task.setdefault(name, {}).setdefault(task, []).append(v)
+    tasks = set.intersection(*(set(t) for t in by_task.values())) if by_task else set()
+    means = {n: {t: sum(v[t]) / len(v[t]) for t in sorted(tasks)} for n, v in by_task.items()}
+    return accept_pareto(means)
 
 
 def choose(rule: str, current: Scores, candidates: Mapping[str, Scores],
