@@ -439,3 +439,26 @@ def test_llm_proposer_from_sync_code_twice(parent_path: Path) -> None:
     assert first == [[Edit("set", slot="loop.history", value=1)]] and len(second) == 2
     assert proposer.log == []
     assert "(no failed episodes recorded)" in srv.requests[-1]["messages"][1]["content"]
+
+
+def test_tool_descriptions_are_a_slot_the_model_reads(tmp_path) -> None:
+    from tackroom.harness.session import HarnessSession
+    from tackroom.harness.spec import load_harness
+    from tackroom.optimize.edits import Edit, EditError, apply_edits, make_candidate
+
+    text = "Press the element with this number."
+    for parent_name in ("som-tools", "html-commands"):  # tool schemas; the command list
+        parent = load_harness(parent_name)
+        cand = make_candidate(parent_name, parent,
+                              [Edit("set", slot="actions.descriptions.click", value=text)], "d")
+        spec = load_harness(str(cand.write(tmp_path / parent_name)))
+        assert spec.hash == cand.hash != parent.hash
+        session = HarnessSession(spec, "Click OK.")
+        shown = json.dumps(session.tools) if session.tools else session._system_prompt()
+        assert text in shown
+        # The shared interface is untouched: the parent still shows its own description.
+        before = HarnessSession(parent, "Click OK.")
+        assert text not in (json.dumps(before.tools) if before.tools else before._system_prompt())
+    with pytest.raises(EditError, match="no action 'fly'"):
+        apply_edits(load_harness("som-tools"),
+                    [Edit("set", slot="actions.descriptions.fly", value="Fly.")])

@@ -22,6 +22,7 @@ Identity is ``(name, hash)``: the hash covers the resolved content (after
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import functools
 import hashlib
@@ -70,6 +71,12 @@ DEFAULTS: dict[str, Any] = {
     "budget": {"turns": 12, "tokens": 0, "wall_seconds": 300.0, "state_to_model": True},
     "skills": [],
 }
+
+#: Keys a slot may have that have no default; left out of the spec (and its hash) when
+#: absent or empty. ``[actions] descriptions``: the tools' descriptions, by action name,
+#: replacing the interface's own wherever the model reads them (tool schemas, the action
+#: format in the system prompt).
+OPTIONAL: dict[str, set[str]] = {"actions": {"descriptions"}}
 
 _TOP = {"name", "description", "extends", "version", "prompt", "observation", "actions",
         "loop", "budget", "skills", "agent"}
@@ -142,7 +149,17 @@ class HarnessSpec:
 
     @property
     def interface(self) -> Any:
-        return registry.INTERFACES[self.actions["interface"]]
+        """The action interface, with this harness's tool descriptions when it has some."""
+        iface = registry.INTERFACES[self.actions["interface"]]
+        described = self.actions.get("descriptions")
+        if not described:
+            return iface
+        # A shallow copy with its own specs: the shared registry entry stays as it is.
+        view = copy.copy(iface)
+        view.specs = tuple(dataclasses.replace(sp, description=described.get(sp.name,
+                                                                              sp.description))
+                           for sp in iface.specs)
+        return view
 
     @property
     def parser(self) -> Any:
@@ -283,12 +300,15 @@ def parse_harness(raw: dict[str, Any], source: str = "<memory>",
         value = raw.get(slot, {})
         if not isinstance(value, dict):
             raise HarnessError(f"[{slot}] must be a table", f"{where} [{slot}]")
-        allowed = set(DEFAULTS[slot])
+        allowed = set(DEFAULTS[slot]) | OPTIONAL.get(slot, set())
         bad = set(value) - allowed
         if bad:
             raise HarnessError(f"unknown key(s) {sorted(bad)} in [{slot}]", f"{where} [{slot}]",
                                f"allowed: {', '.join(sorted(allowed))}")
         merged = {**copy.deepcopy(DEFAULTS[slot]), **value}
+        for key in OPTIONAL.get(slot, ()):  # absent when empty: older hashes stay as they were
+            if not merged.get(key, True):
+                del merged[key]
         slots[slot] = merged
     _check_prompt(slots["prompt"], where)
     _check_observation(slots["observation"], where)
@@ -417,6 +437,21 @@ def _check_plain(value: Any, where: str) -> None:
 def _check_actions(a: dict[str, Any], where: str) -> None:
     _choice(a["interface"], set(registry.INTERFACES), f"{where} [actions].interface", "interface")
     _choice(a["parser"], set(registry.PARSERS), f"{where} [actions].parser", "parser")
+    described = a.get("descriptions")
+    if described is None:
+        return
+    w = f"{where} [actions].descriptions"
+    if not isinstance(described, dict):
+        raise HarnessError("descriptions must be a table of action name = text", w,
+                           'e.g. [actions.descriptions] click = "Click an element by its number."')
+    names = [sp.name for sp in registry.INTERFACES[a["interface"]].specs]
+    for name, text in described.items():
+        if name not in names:
+            raise HarnessError(f"no action {name!r} in interface {a['interface']!r}", w,
+                               f"describe one of: {', '.join(names)}")
+        if not isinstance(text, str) or not text.strip() or len(text) > 2000:
+            raise HarnessError(f"the description of {name!r} must be text of 1 to 2000 "
+                               "characters", w, "write what the tool does, in one line")
 
 
 def _check_loop(loop: dict[str, Any], where: str) -> None:

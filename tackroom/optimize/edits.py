@@ -39,7 +39,7 @@ class EditError(HarnessError):
 #: renderer, the action interface or the parser: those make a different kind of harness
 #: (the axes harnesses are compared along), not a better version of this one. Parser
 #: leniency is the loop's ``on_malformed`` / ``max_consecutive_errors``; tool descriptions
-#: are not a slot of the spec (the action interface's code writes them).
+#: are ``actions.descriptions.<action>`` (the spec's ``[actions.descriptions]``).
 SETTABLE: tuple[str, ...] = (
     "prompt.system", "prompt.first_turn", "prompt.next_turn",
     "observation.max_chars",
@@ -48,6 +48,7 @@ SETTABLE: tuple[str, ...] = (
     "budget.turns", "budget.tokens", "budget.wall_seconds", "budget.state_to_model",
 )
 OPTIONS_PREFIX = "observation.options."
+DESCRIPTIONS_PREFIX = "actions.descriptions."
 
 #: op -> the fields it needs (besides ``op``) and those it may have.
 OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -80,7 +81,9 @@ has an "op" and the fields that op needs; "why" (one sentence) is optional on ev
 A rule is one line of a skill's text; rules are numbered from 0 as shown in [i] above.
 A skill's TEXT may have several lines, one rule per line ("- " bullets are customary).
 SLOT is one of: prompt.system, prompt.first_turn, prompt.next_turn (keep their {placeholders}),
-observation.max_chars, observation.options.KEY, loop.actions_per_turn, loop.history,
+observation.max_chars, observation.options.KEY, actions.descriptions.ACTION (the description
+of the tool ACTION the model is shown, e.g. actions.descriptions.click), loop.actions_per_turn,
+loop.history,
 loop.on_malformed ("feedback" or "end"), loop.on_action_error ("feedback", "reflect" or
 "end"), loop.max_consecutive_errors, loop.reflect_prompt, budget.turns, budget.tokens,
 budget.wall_seconds, budget.state_to_model.
@@ -298,6 +301,10 @@ def _apply_one(raw: dict[str, Any], e: Edit, where: str) -> None:
 
 
 def _set(raw: dict[str, Any], slot: str, value: Any, where: str) -> None:
+    if slot.startswith(DESCRIPTIONS_PREFIX):  # the spec checks the action name and the text
+        _check_value(value, where)
+        raw["actions"].setdefault("descriptions", {})[slot[len(DESCRIPTIONS_PREFIX):]] = value
+        return
     if slot.startswith(OPTIONS_PREFIX):
         key = slot[len(OPTIONS_PREFIX):]
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", key):
@@ -307,7 +314,8 @@ def _set(raw: dict[str, Any], slot: str, value: Any, where: str) -> None:
         return
     if slot not in SETTABLE:
         raise EditError(f"unknown or fixed slot {slot!r}", where,
-                        f"settable: {', '.join(SETTABLE)}, {OPTIONS_PREFIX}KEY")
+                        f"settable: {', '.join(SETTABLE)}, {OPTIONS_PREFIX}KEY, "
+                        f"{DESCRIPTIONS_PREFIX}ACTION")
     table, key = slot.split(".")
     _check_value(value, where)
     raw[table][key] = copy.deepcopy(value)
@@ -453,6 +461,12 @@ def _child_toml(parent: HarnessSpec, child: HarnessSpec, parent_ref: str,
             if changed:  # extends merges tables key by key: the changed keys are enough
                 out += ["", "[observation.options]"]
                 out += [f"{_key(k)} = {_value(v)}" for k, v in changed.items()]
+    old_d = parent.actions.get("descriptions") or {}
+    new_d = child.actions.get("descriptions") or {}
+    changed_d = {k: v for k, v in new_d.items() if old_d.get(k) != v}
+    if changed_d:  # merged key by key too
+        out += ["", "[actions.descriptions]"] + [f"{_key(k)} = {_value(v)}"
+                                                 for k, v in changed_d.items()]
     if child.skills != parent.skills:  # extends replaces a list: write the child's in full
         if not child.skills:
             out += ["", "skills = []"]
