@@ -68,8 +68,12 @@ def journal(store: RecordStore, run_id: str) -> dict[str, dict[str, Any]]:
 
 def optimize(config: OptimizeConfig | str | Path | None = None, *, store: RecordStore | str | Path | None = None,
              run_id: str | None = None, resume_run: bool = False, out_dir: str | Path | None = None,
-             on_note: Callable[[str], None] | None = None) -> OptimizeResult:
+             on_note: Callable[[str], None] | None = None,
+             on_progress: Callable[[int, int], None] | None = None) -> OptimizeResult:
     """Run (or, with ``resume_run``, finish) an optimiser run; see the module docstring.
+
+    ``on_note(line)`` gets a line per evaluation and decision; ``on_progress(done, budget)``
+    the candidates' dev evaluations so far against the budget.
 
     ::
 
@@ -89,7 +93,9 @@ def optimize(config: OptimizeConfig | str | Path | None = None, *, store: Record
             cfg = OptimizeConfig.from_dict(dict((info.get("config") or {}).get("optimize", {})),
                                            f"run {rid}")
         out = Path(out_dir or Path(st.path).parent / "optimize" / rid)
-        return _Loop(cfg, st, rid, out, on_note or (lambda _line: None)).run(resume_run)
+        loop = _Loop(cfg, st, rid, out, on_note or (lambda _line: None))
+        loop.progress = on_progress or (lambda _done, _budget: None)
+        return loop.run(resume_run)
 
 
 class _Loop:
@@ -100,6 +106,7 @@ class _Loop:
         self.step = 0
         self.dev_evaluations = 0
         self.rejected = 0
+        self.progress: Callable[[int, int], None] = lambda _done, _budget: None
 
     # ---------------------------------------------------------------- journal
     def _log(self, key: str, entry: dict[str, Any]) -> dict[str, Any]:
@@ -177,6 +184,7 @@ class _Loop:
         key = f"eval:{name}:{split}"
         if split == "dev" and name not in ("none", "seed-skills"):
             self.dev_evaluations += 1  # the budget counts replayed evaluations too
+            self.progress(self.dev_evaluations, self.cfg.budget)
         if key in self.entries:
             return _scores_from(self.entries[key]["scores"])
         c = self.cfg

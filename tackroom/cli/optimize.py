@@ -12,7 +12,7 @@ from tackroom.cli.common import DEFAULT_DB, DbOpt, console, progress_bar
 
 def optimize_cmd(
     config: Annotated[str | None, typer.Option(
-        "--config", "-c", help="optimize.toml: [optimize], [splits], [sampling] "
+        "--config", "-c", help="optimize.toml: \\[optimize], \\[splits], \\[sampling] "
         "(docs/optimize.md).")] = None,
     resume: Annotated[str | None, typer.Option(
         "--resume", help="Finish optimiser run OPT_RUN from its journal.")] = None,
@@ -34,14 +34,18 @@ def optimize_cmd(
       tackroom audit opt-20261201-101500-ab12
     """
     from tackroom.app.optimization import optimize
+    from tackroom.app.optimize_config import OptimizeConfig
     from tackroom.core.errors import ConfigError
 
     if (config is None) == (resume is None):
         raise ConfigError("give --config FILE for a new run or --resume OPT_RUN", "optimize",
                           "e.g. tackroom optimize -c optimize.toml")
-    with progress_bar("optimize", None, stats="baseline on dev…") as bar:
-        result = optimize(config or "", store=db, run_id=resume, resume_run=resume is not None,
-                          out_dir=out, on_note=bar.note)
+    cfg = OptimizeConfig.from_toml(config) if config is not None else None  # errors first
+    with progress_bar("candidates on dev", cfg.budget if cfg else None,
+                      stats="baseline on dev…") as bar:
+        result = optimize(cfg, store=db, run_id=resume, resume_run=resume is not None,
+                          out_dir=out, on_note=bar.note,
+                          on_progress=lambda done, budget: bar.update(done, budget, "of budget"))
     table = Table(title=f"optimiser run {result.run_id}")
     for col in ("harness", "dev", "test", "n dev", "n test"):
         table.add_column(col, justify="left" if col == "harness" else "right")
