@@ -31,6 +31,7 @@ import re
 from typing import Any
 
 from tackroom.core.policy import PolicyRequest, PolicyResponse
+from tackroom.policies.expert import ExpertPolicy
 
 __all__ = ["SkillGatedPolicy", "skill_rules", "covering_rule"]
 
@@ -91,35 +92,28 @@ def _words(messages: list[dict[str, Any]]) -> int:
     return sum(len(str(m.get("content") or "").split()) for m in messages)
 
 
-class SkillGatedPolicy:
+class SkillGatedPolicy(ExpertPolicy):
     """The suite's expert, gated by the harness's skills; ``id = "skill-expert"``."""
 
     id = "skill-expert"
 
-    async def act(self, request: PolicyRequest) -> PolicyResponse:
-        view = request.view
-        if view is None or view.expert is None:
-            return PolicyResponse(text="(no scripted solver for this task)")
-        actions = view.expert(view.observation, view.state)
-        if not actions:
-            return PolicyResponse(text="(nothing to do)")
+    def refuse(self, request: PolicyRequest, actions: list[Any]) -> PolicyResponse | None:
         rules = skill_rules(request.messages)
-        followed = [covering_rule(a, view, rules) for a in actions]
-        if any(f is None for f in followed):
-            return PolicyResponse(text="(no skill says what to do here)",
-                                  prompt_tokens=_words(request.messages))
-        response = view.encode(actions)
-        if response is None:
-            return PolicyResponse(text="(this harness cannot express the action)")
+        if all(covering_rule(a, request.view, rules) is not None for a in actions):
+            return None
+        return PolicyResponse(text="(no skill says what to do here)",
+                              prompt_tokens=_words(request.messages))
+
+    def finish(self, request: PolicyRequest, actions: list[Any],
+               response: PolicyResponse) -> PolicyResponse:
         # No tokenizer here: count the prompt's words, so the audit's input cost of an
         # added rule is visible (approximate, and documented as such).
         response.prompt_tokens = response.prompt_tokens or _words(request.messages)
         if response.tool_calls and not response.text:
             # Beside tool calls the text is free: say which rule was followed, as a model
             # that reads skills would, so the audit's read graph can link turn and rule.
-            response.text = " ".join(f"Following {name!r}: {rule}" for name, rule in
-                                     dict.fromkeys(f for f in followed if f is not None))
+            rules = skill_rules(request.messages)
+            followed = dict.fromkeys(covering_rule(a, request.view, rules) for a in actions)
+            response.text = " ".join(f"Following {name!r}: {rule}"
+                                     for name, rule in followed if name)
         return response
-
-    async def aclose(self) -> None:
-        return None
