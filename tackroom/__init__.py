@@ -34,15 +34,20 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time see __getattr__
         sft,
         train,
     )
+    from tackroom.app.optimization import audit, optimize
+    from tackroom.app.selfhpo import self_hpo
     from tackroom.core.policy import Sampling
 
 _API = ("Report", "Run", "RunPlan", "evaluate", "evaluate_sealed", "plan", "report", "resume",
         "seal", "sft", "train")
 #: Name → the module it comes from.
-_LAZY = {**{name: "tackroom.app" for name in _API}, "Sampling": "tackroom.core.policy"}
+_LAZY = {**{name: "tackroom.app" for name in _API}, "Sampling": "tackroom.core.policy",
+         "optimize": "tackroom.app.optimization", "audit": "tackroom.app.optimization",
+         "self_hpo": "tackroom.app.selfhpo"}
 
-__all__ = ["Report", "Run", "RunPlan", "Sampling", "__version__", "evaluate", "evaluate_sealed",
-           "plan", "report", "resume", "seal", "sft", "train"]
+__all__ = ["Report", "Run", "RunPlan", "Sampling", "__version__", "audit", "evaluate",
+           "evaluate_sealed", "optimize", "plan", "report", "resume", "seal", "self_hpo", "sft",
+           "train"]
 
 
 def __getattr__(name: str) -> Any:

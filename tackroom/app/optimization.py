@@ -39,7 +39,7 @@ from tackroom.core.policy import Sampling
 from tackroom.harness.spec import HarnessSpec, load_harness
 from tackroom.records import RecordStore
 
-__all__ = ["AuditResult", "OptimizeResult", "Scores", "audit", "choose", "journal", "optimize",
+__all__ = ["AuditResult", "Journal", "OptimizeResult", "Scores", "audit", "choose", "journal", "optimize",
            "pareto_front"]
 
 #: (task, seed) → success (0/1) of the final scored attempt there.
@@ -66,14 +66,38 @@ def journal(store: RecordStore, run_id: str) -> dict[str, dict[str, Any]]:
     return {row["key"]: row for row in store.train_steps(run_id) if "key" in row}
 
 
+class Journal:
+    """A loop's journal: keyed entries in its run's ``train_steps`` rows, one row per entry.
+
+    A resumed loop reads it back (``load=True``) and skips every entry it finds: what was
+    decided is replayed, not decided again.
+    """
+
+    def __init__(self, store: RecordStore, run_id: str, *, load: bool = False) -> None:
+        self.store, self.run_id = store, run_id
+        self.entries: dict[str, dict[str, Any]] = journal(store, run_id) if load else {}
+        self.step = max((e["step"] for e in self.entries.values()), default=0)
+
+    def log(self, key: str, entry: dict[str, Any]) -> dict[str, Any]:
+        """Record ``entry`` under ``key`` (a later entry of the same key replaces it)."""
+        row = {"key": key, **entry, "at": time.time()}
+        self.step += 1
+        self.store.log_train_step(self.run_id, self.step, row)
+        self.entries[key] = {"step": self.step, **row}
+        return self.entries[key]
+
+
 def optimize(config: OptimizeConfig | str | Path | None = None, *, store: RecordStore | str | Path | None = None,
              run_id: str | None = None, resume_run: bool = False, out_dir: str | Path | None = None,
              on_note: Callable[[str], None] | None = None,
-             on_progress: Callable[[int, int], None] | None = None) -> OptimizeResult:
+             on_progress: Callable[[int, int], None] | None = None,
+             test_split: bool = True) -> OptimizeResult:
     """Run (or, with ``resume_run``, finish) an optimiser run; see the module docstring.
 
     ``on_note(line)`` gets a line per evaluation and decision; ``on_progress(done, budget)``
-    the candidates' dev evaluations so far against the budget.
+    the candidates' dev evaluations so far against the budget. ``test_split=False`` stops
+    after the loop: nothing is evaluated on test (the final table has dev only), for a
+    caller that keeps the test split sealed for later, as ``tackroom self-hpo`` does.
 
     ::
 
@@ -92,8 +116,10 @@ def optimize(config: OptimizeConfig | str | Path | None = None, *, store: Record
             # The recorded settings, whatever ``config`` says: a resumed run is the same run.
             cfg = OptimizeConfig.from_dict(dict((info.get("config") or {}).get("optimize", {})),
                                            f"run {rid}")
+            test_split = bool((info.get("config") or {}).get("test_split", True))
         out = Path(out_dir or Path(st.path).parent / "optimize" / rid)
         loop = _Loop(cfg, st, rid, out, on_note or (lambda _line: None))
+        loop.test_split = test_split
         loop.progress = on_progress or (lambda _done, _budget: None)
         return loop.run(resume_run)
 
@@ -102,28 +128,25 @@ class _Loop:
     def __init__(self, cfg: OptimizeConfig, store: RecordStore, run_id: str, out: Path,
                  note: Callable[[str], None]) -> None:
         self.cfg, self.store, self.id, self.out, self.note = cfg, store, run_id, out, note
-        self.entries: dict[str, dict[str, Any]] = {}
-        self.step = 0
+        self.journal = Journal(store, run_id)
+        self.entries = self.journal.entries
         self.dev_evaluations = 0
         self.rejected = 0
         self.progress: Callable[[int, int], None] = lambda _done, _budget: None
+        self.test_split = True  # False: the final table stops at dev (see optimize())
 
-    # ---------------------------------------------------------------- journal
     def _log(self, key: str, entry: dict[str, Any]) -> dict[str, Any]:
-        row = {"key": key, **entry, "at": time.time()}
-        self.step += 1
-        self.store.log_train_step(self.id, self.step, row)
-        self.entries[key] = {"step": self.step, **row}
-        return self.entries[key]
+        return self.journal.log(key, entry)
 
     # -------------------------------------------------------------------- run
     def run(self, resuming: bool) -> OptimizeResult:
         c = self.cfg
         if resuming:
-            self.entries = journal(self.store, self.id)
-            self.step = max((e["step"] for e in self.entries.values()), default=0)
+            self.journal = Journal(self.store, self.id, load=True)
+            self.entries = self.journal.entries
             self.note(f"resuming {self.id}: {len(self.entries)} journal entries")
-        self.store.start_run(self.id, "optimize", {"optimize": c.to_dict()}, n_planned=0)
+        self.store.start_run(self.id, "optimize", {"optimize": c.to_dict(),
+                                                   "test_split": self.test_split}, n_planned=0)
         status = "interrupted"
         try:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -159,15 +182,16 @@ class _Loop:
                 current_name = max(front, key=lambda n: _mean(dev_scores[n]))
             current_ref = refs[current_name]
             # The final table: no optimisation, hand-written seed skills, the optimiser's output.
-            seeds_path = self._seed_baseline(parent)
-            variants = {"none": c.harness, "seed-skills": seeds_path}
+            variants = {"none": c.harness}
+            if self.test_split:
+                variants["seed-skills"] = self._seed_baseline(parent)
             if current_name != "none":
                 variants["optimized"] = current_ref
             table: dict[str, dict[str, float]] = {}
             for label, ref in variants.items():
                 name = current_name if label == "optimized" else label
                 dev = dev_scores.get(name) or self._evaluate(name, ref, "dev")
-                test = self._evaluate(name, ref, "test")
+                test = self._evaluate(name, ref, "test") if self.test_split else {}
                 table[label] = {"dev": _mean(dev), "test": _mean(test),
                                 "n_dev": len(dev), "n_test": len(test)}
             self._log("final", {"kind": "final", "best": current_name, "accepted": accepted,
@@ -189,28 +213,16 @@ class _Loop:
             return _scores_from(self.entries[key]["scores"])
         c = self.cfg
         run_id = f"{self.id}.{name}.{split}"
-        info = self.store.run(run_id)
-        if info is not None and info.get("status") != "finished":
-            self.note(f"resuming evaluation {run_id}")
-            resume(run_id, store=self.store, concurrency=c.concurrency, base_url=c.base_url)
-        elif info is None:
-            evaluate(c.suite, tasks=c.split_tasks(split) or None, harnesses=[harness_ref],
-                     policies=[c.policy], seeds=c.seeds(split),
-                     sampling=Sampling(temperature=c.temperature, max_tokens=c.max_tokens),
-                     concurrency=c.concurrency, base_url=c.base_url, store=self.store,
-                     run_id=run_id, train_run=self.id)
-        scores = self._scores(run_id)
+        scores = scores_of(self.store, run_id, suite=c.suite, tasks=c.split_tasks(split),
+                           harness=harness_ref, policy=c.policy, seeds=c.seeds(split),
+                           sampling=Sampling(temperature=c.temperature, max_tokens=c.max_tokens),
+                           concurrency=c.concurrency, base_url=c.base_url, train_run=self.id,
+                           note=self.note)
         self._log(key, {"kind": "evaluation", "name": name, "split": split, "run": run_id,
                         "harness": harness_ref, "rate": _mean(scores),
                         "scores": [[t, s, v] for (t, s), v in sorted(scores.items())]})
         self.note(f"{name} on {split}: {_mean(scores):.0%} of {len(scores)} ({run_id})")
         return scores
-
-    def _scores(self, run_id: str) -> Scores:
-        from tackroom.analysis.stats import final_attempts, scored_rows
-
-        rows = scored_rows(final_attempts(self.store.episodes(run_id)))
-        return {(r["task"], int(r["seed"])): float(r["outcome"] == "success") for r in rows}
 
     def _failures(self, name: str, harness_ref: str) -> list[Any]:
         """Failed episodes of harness ``name`` on the train split (at most MAX_FAILURES)."""
@@ -248,7 +260,8 @@ class _Loop:
                               "toml": cand.toml})
             self.rejected += len(rejected)
             self._log(key, {"kind": "proposal", "round": rnd, "parent": parent_name,
-                            "candidates": cands, "rejected": rejected})
+                            "proposer": self.cfg.proposer, "candidates": cands,
+                            "rejected": rejected, "proposer_log": list(proposer.log)})
             if rejected:
                 self.note(f"round {rnd}: the leakage guard rejected {len(rejected)} candidate(s)")
         for cand in cands:
@@ -309,6 +322,31 @@ class _Loop:
                                           else "nothing accepted"))
         entry = self.entries[key]
         return list(entry["admitted"]), list(entry["front"])
+
+
+def scores_of(store: RecordStore, run_id: str, *, suite: str, tasks: Sequence[str],
+              harness: str, policy: str, seeds: Sequence[int], sampling: Sampling,
+              concurrency: int = 0, base_url: str | None = None, train_run: str | None = None,
+              note: Callable[[str], None] = lambda _line: None) -> Scores:
+    """The scores of evaluation run ``run_id`` of ``policy`` under ``harness``: read back when
+    it finished, resumed when it was cut short (a killed loop), else run now."""
+    info = store.run(run_id)
+    if info is not None and info.get("status") != "finished":
+        note(f"resuming evaluation {run_id}")
+        resume(run_id, store=store, concurrency=concurrency, base_url=base_url)
+    elif info is None:
+        evaluate(suite, tasks=list(tasks) or None, harnesses=[harness], policies=[policy],
+                 seeds=list(seeds), sampling=sampling, concurrency=concurrency,
+                 base_url=base_url, store=store, run_id=run_id, train_run=train_run)
+    return run_scores(store, run_id)
+
+
+def run_scores(store: RecordStore, run_id: str) -> Scores:
+    """(task, seed) → success of the final scored attempt of each episode of ``run_id``."""
+    from tackroom.analysis.stats import final_attempts, scored_rows
+
+    rows = scored_rows(final_attempts(store.episodes(run_id)))
+    return {(r["task"], int(r["seed"])): float(r["outcome"] == "success") for r in rows}
 
 
 def pareto_front(scores: Mapping[str, Scores]) -> list[str]:
@@ -384,8 +422,8 @@ def audit(run_id: str, *, store: RecordStore | str | Path | None = None,
         cfg = OptimizeConfig.from_dict(dict((info.get("config") or {}).get("optimize", {})),
                                        f"run {run_id}")
         loop = _Loop(cfg, st, run_id, Path(st.path).parent / "optimize" / run_id, note)
-        loop.entries = entries
-        loop.step = max(e["step"] for e in entries.values())
+        loop.journal = Journal(st, run_id, load=True)
+        loop.entries = entries = loop.journal.entries
         st.start_run(run_id, "optimize", {"optimize": cfg.to_dict()}, n_planned=0)
         try:
             result = _audit(loop, entries)
@@ -426,7 +464,8 @@ def _audit(loop: _Loop, entries: dict[str, dict[str, Any]]) -> AuditResult:
     final = entries["final"]
     accepted = list(final["accepted"])
     base_dev = _scores_from(entries["eval:none:dev"]["scores"])
-    base_test = _scores_from(entries["eval:none:test"]["scores"])
+    # Read back, or (a run that kept its test split sealed: test_split=False) run now.
+    base_test = loop._evaluate("none", harness_of["none"], "test")
     dev_units, test_units = sorted(base_dev), sorted(base_test)
     dev = {n: _scores_from(entries[f"eval:{n}:dev"]["scores"]) for n in accepted}
     test = {n: loop._evaluate(n, harness_of[n], "test") for n in accepted}
@@ -436,7 +475,8 @@ def _audit(loop: _Loop, entries: dict[str, dict[str, Any]]) -> AuditResult:
                     accepted) if accepted else []
     # Which skill sections the final harness's test episodes ever acted on.
     best = final["best"]
-    test_run = entries[f"eval:{best}:test"]["run"]
+    loop._evaluate(best, harness_of[best], "test")
+    test_run = loop.entries[f"eval:{best}:test"]["run"]
     spec = load_harness(harness_of[best])
     usage = unit_usage([read_graph(ep, spec) for ep in st.iter_episodes(test_run)])
     # What each accepted edit added: its dev episodes against its parent's.

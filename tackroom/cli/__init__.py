@@ -9,7 +9,7 @@ prints; the work is done by the Python API (``tackroom.evaluate`` …):
 - :mod:`.harness` — ``harness list|show|diff|validate``, ``tasks`` and ``tasks import``
 - :mod:`.training` — ``model init``, ``sft``, ``train``, ``export-groups``
 - :mod:`.serve` — ``serve``
-- :mod:`.optimize` — ``optimize``, ``audit``
+- :mod:`.optimize` — ``optimize``, ``audit``, ``self-hpo``
 
 User errors (:class:`~tackroom.core.errors.TackroomError`, and click's usage errors) print
 one line and exit 2.
@@ -71,6 +71,7 @@ app.command("export-groups")(training.export_groups_cmd)
 app.command("serve")(serve.serve_cmd)
 app.command("optimize")(optimize.optimize_cmd)
 app.command("audit")(optimize.audit_cmd)
+app.command("self-hpo")(optimize.self_hpo_cmd)
 
 
 #: Set when SIGTERM arrived: the run stops as on Ctrl-C, and the exit status says SIGTERM.

@@ -95,3 +95,91 @@ def audit_cmd(
     if json_out:
         Path(json_out).write_text(json.dumps(result.to_dict(), indent=1))
         console.print(f"wrote {json_out}")
+
+
+def self_hpo_cmd(
+    config: Annotated[str | None, typer.Option(
+        "--config", "-c", help="selfhpo.toml: \\[selfhpo], \\[splits], \\[train], \\[sampling] "
+        "(docs/optimize.md, \"Self-HPO\").")] = None,
+    resume: Annotated[str | None, typer.Option(
+        "--resume", help="Finish Self-HPO run SHPO_RUN from its journal.")] = None,
+    out: Annotated[str | None, typer.Option(
+        "--out", help="Where harnesses and checkpoints go (default: beside the store).")] = None,
+    db: DbOpt = DEFAULT_DB,
+) -> None:
+    """Self-HPO: the policy proposes harness edits, then trains under the harness it kept.
+
+    Runs three arms with equal budgets — the alternation, harness optimisation alone,
+    policy training alone — then a sealed evaluation of every arm's final policy under
+    every arm's final harness and the held-out ones. A killed run continues with --resume.
+
+    [bold]Examples[/bold]
+
+      tackroom self-hpo -c selfhpo.toml
+
+      tackroom self-hpo --resume shpo-20261201-101500-ab12
+
+      tackroom report shpo-20261201-101500-ab12.sealed
+    """
+    from tackroom.app.selfhpo import self_hpo
+    from tackroom.app.selfhpo_config import SelfHPOConfig
+    from tackroom.core.errors import ConfigError
+
+    if (config is None) == (resume is None):
+        raise ConfigError("give --config FILE for a new run or --resume SHPO_RUN", "self-hpo",
+                          "e.g. tackroom self-hpo -c selfhpo.toml")
+    cfg = SelfHPOConfig.from_toml(config) if config is not None else None  # errors first
+    phases = [0, None]  # done, total
+
+    def progress(done: int, total: int) -> None:
+        phases[:] = [done, total]
+        bar.update(done, total, "")
+
+    with progress_bar("phases", None, stats="π_0 on dev…") as bar:
+        result = self_hpo(cfg, store=db, run_id=resume, resume_run=resume is not None,
+                          out_dir=out, on_note=bar.note, on_progress=progress,
+                          on_step=lambda step, total, m: bar.update(
+                              phases[0], phases[1], f"training step {step}/{total}, success "
+                              f"{m.get('success', float('nan')):.0%}"))
+    for table in render_self_hpo(result):
+        console.print(table)
+    console.print(f"sealed run {result.sealed_run} (manifest {result.manifest}); "
+                  f"lineage in `tackroom report {result.run_id}`")
+
+
+def render_self_hpo(result: object) -> list[Table]:
+    """The lineage per arm, the sealed table and the effects, as terminal tables."""
+    from tackroom.app.selfhpo import SelfHPOResult
+
+    assert isinstance(result, SelfHPOResult)
+    lineage = Table(title=f"Self-HPO run {result.run_id}: lineage (dev success after each round)")
+    for col in ("arm", "round", "harness accepted", "edits", "proposer", "updates", "dev"):
+        lineage.add_column(col, justify="right" if col in ("round", "updates", "dev") else "left")
+    lineage.add_row("start", "-", "-", "-", "-", "0", f"{result.start_dev:.0%}")
+    for arm, rounds in result.lineage.items():
+        for row in rounds:
+            h, p = row.get("harness_phase"), row.get("policy_phase")
+            edits = ", ".join(e.get("op", "?") for e in (h or {}).get("edits", [])) or "-"
+            lineage.add_row(arm, str(row["round"]),
+                            (h["accepted"] or "nothing") if h else "-", edits,
+                            _short(h["proposer"]) if h else "-",
+                            str(p["updates"]) if p else "0", f"{row['dev']:.0%}")
+    sealed = Table(title="sealed evaluation on test (success, Wilson 95%)")
+    names = list(next(iter(result.table.values()), {}))
+    sealed.add_column("policy")
+    for name in names:
+        sealed.add_column(name, justify="right")
+    for label, cells in result.table.items():
+        sealed.add_row(label, *(f"{100 * c['rate']:.0f}% [{100 * c['lo']:.0f}, "
+                                f"{100 * c['hi']:.0f}] n={c['n']}" for c in cells.values()))
+    effects = Table(title="effects (paired bootstrap over task × seed)")
+    for col in ("effect", "Δ pp", "95% interval", "p", "pairs"):
+        effects.add_column(col, justify="left" if col == "effect" else "right")
+    for name, e in result.effects.items():
+        effects.add_row(name, f"{100 * e['diff']:+.1f}", f"[{100 * e['lo']:+.1f}, "
+                        f"{100 * e['hi']:+.1f}]", f"{e['p']:.3f}", str(e["n"]))
+    return [lineage, sealed, effects]
+
+
+def _short(spec: str) -> str:
+    return spec if len(spec) <= 40 else "…" + spec[-39:]

@@ -189,7 +189,7 @@ class LLMProposer:
         messages = self.messages(parent, failures)
         sampling = Sampling(temperature=self.sampling.temperature, top_p=self.sampling.top_p,
                             max_tokens=self.sampling.max_tokens, seed=seed)
-        problems = []
+        problems, answers = [], []
         for _attempt in range(2):  # the answer, then one retry shown what was wrong
             try:
                 reply = await self.policy.act(PolicyRequest(messages=messages,
@@ -198,6 +198,7 @@ class LLMProposer:
                 problems.append(e.line())
                 break
             text = reply.text or ""
+            answers.append(_cut(text, 600))
             try:
                 edits = parse_edits(text)
                 if not edits:
@@ -214,7 +215,8 @@ class LLMProposer:
                                                 "edits, following the grammar."}]
         self.log.append({"event": "proposer_no_edits", "proposer": "llm",
                          "policy": self.policy.id, "proposal": proposal,
-                         "message": "proposer gave no usable edits", "problems": problems})
+                         "message": "proposer gave no usable edits", "problems": problems,
+                         "answers": answers})
         return None
 
 
