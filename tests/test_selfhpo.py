@@ -19,6 +19,7 @@ from conftest import CLI_ENV, TACKROOM, run_cli
 
 pytest.importorskip("torch")
 
+import tackroom  # noqa: E402
 from tackroom.app.optimization import journal  # noqa: E402
 from tackroom.app.selfhpo import self_hpo  # noqa: E402
 from tackroom.app.selfhpo_config import SelfHPOConfig  # noqa: E402
@@ -180,6 +181,15 @@ def test_two_rounds_of_each_arm_record_the_lineage_with_equal_budgets(env, tmp_p
             "harness - start", "policy - start"} <= set(res.effects)
     assert any(name.endswith("under shpo-html") for name in res.effects)
     assert any("harness phase" in n for n in notes) and any("policy phase" in n for n in notes)
+
+    # The report of the Self-HPO run: its sealed evaluation, and the lineage of every arm.
+    rep = tackroom.report([res.run_id], store=db, out=tmp_path / "report.html")
+    assert rep.run_ids == [res.sealed_run]
+    page = rep.path.read_text()
+    assert "Self-HPO lineage" in page and 'class="plot lineage"' in page
+    for arm in ("alternate", "harness", "policy"):
+        assert f"<td>{arm}</td>" in page
+    assert "carry-over" in page or "alternate - start" in page
 
 
 def test_a_killed_self_hpo_resumes_mid_round(env, tmp_path):

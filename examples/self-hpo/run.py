@@ -75,7 +75,7 @@ candidates = {candidates}
 steps_per_round = {steps}
 proposer = "{proposer}"
 acceptance = "greedy"
-seed = 0
+seed = {seed}
 concurrency = 32
 
 [splits]
@@ -113,16 +113,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default="self-hpo-run")
     ap.add_argument("--proposers", default="self,scripted")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--seeds", default="0,1,2", help="Self-HPO seeds (proposer and RL seeds) "
+                    "per proposer; the effects pool their sealed pairs")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--candidates", type=int, default=3)
     ap.add_argument("--steps-per-round", type=int, default=4)
     ap.add_argument("--dev-seeds", type=int, default=20)
     ap.add_argument("--test-seeds", type=int, default=50)
     ap.add_argument("--quick", action="store_true",
-                    help="1 round, 2 candidates, 2 steps, 6 dev / 8 test seeds (a minute or two)")
+                    help="1 seed, 1 round, 2 candidates, 2 steps, 6 dev / 8 test seeds (a minute)")
     a = ap.parse_args()
     if a.quick:
-        a.rounds, a.candidates, a.steps_per_round, a.dev_seeds, a.test_seeds = 1, 2, 2, 6, 8
+        a.seeds, a.rounds, a.candidates, a.steps_per_round = "0", 1, 2, 2
+        a.dev_seeds, a.test_seeds = 6, 8
     try:
         run(a)
     except TackroomError as e:
@@ -160,28 +163,63 @@ def run(a: argparse.Namespace) -> None:
           f"{sft.last.get('loss', float('nan')):.4f} [{time.perf_counter() - t0:.0f} s]",
           flush=True)
 
-    results: dict[str, Any] = {"settings": {k: v for k, v in vars(a).items()}, "runs": {}}
+    results: dict[str, Any] = {"settings": dict(vars(a)), "runs": {}, "pooled": {}}
     for proposer in a.proposers.split(","):
-        t1 = time.perf_counter()
-        toml = work / f"selfhpo-{proposer}.toml"
-        toml.write_text(SELFHPO.format(
-            model=sft.final, tasks=json.dumps(TASKS), rounds=a.rounds,
-            candidates=a.candidates, steps=a.steps_per_round, proposer=proposer,
-            dev_end=100 + a.dev_seeds - 1, test_end=1_000_000 + a.test_seeds - 1))
-        print(f"\nSelf-HPO, proposer = {proposer} ({toml.name})", flush=True)
-        res = tackroom.self_hpo(toml, store=db, out_dir=work / f"shpo-{proposer}",
-                                on_note=lambda line: print(f"  {line}", flush=True))
-        for table in render_self_hpo(res):
-            console.print(table)
-        results["runs"][proposer] = {
-            "run_id": res.run_id, "start_dev": res.start_dev, "sealed_run": res.sealed_run, "table": res.table,
-            "effects": res.effects, "budgets": res.budgets, "spent": res.spent,
-            "lineage": res.lineage, "finals": res.finals,
-            "minutes": (time.perf_counter() - t1) / 60}
+        sealed = []
+        for seed in (int(x) for x in a.seeds.split(",")):
+            t1 = time.perf_counter()
+            toml = work / f"selfhpo-{proposer}-{seed}.toml"
+            toml.write_text(SELFHPO.format(
+                model=sft.final, tasks=json.dumps(TASKS), rounds=a.rounds, seed=seed,
+                candidates=a.candidates, steps=a.steps_per_round, proposer=proposer,
+                dev_end=100 + a.dev_seeds - 1, test_end=1_000_000 + a.test_seeds - 1))
+            print(f"\nSelf-HPO, proposer = {proposer}, seed {seed} ({toml.name})", flush=True)
+            res = tackroom.self_hpo(toml, store=db, out_dir=work / f"shpo-{proposer}-{seed}",
+                                    on_note=lambda line: print(f"  {line}", flush=True))
+            for table in render_self_hpo(res):
+                console.print(table)
+            results["runs"][f"{proposer}-{seed}"] = {
+                "proposer": proposer, "seed": seed, "run_id": res.run_id,
+                "start_dev": res.start_dev, "sealed_run": res.sealed_run, "table": res.table,
+                "effects": res.effects, "budgets": res.budgets, "spent": res.spent,
+                "lineage": res.lineage, "finals": res.finals,
+                "minutes": (time.perf_counter() - t1) / 60}
+            sealed.append(res)
+        results["pooled"][proposer] = pooled_effects(sealed, db)
     results["minutes"] = (time.perf_counter() - t0) / 60
     (work / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (work / "results.md").write_text(render(results))
     print("\n" + render(results))
+
+
+def pooled_effects(runs: list[Any], db: str) -> dict[str, dict[str, float]]:
+    """The main effects with the sealed (task, seed) pairs of every Self-HPO seed pooled."""
+    from tackroom.analysis.stats import paired_bootstrap, paired_cells
+    from tackroom.records import RecordStore
+
+    held = "html-cmd"
+    names = {"alternate - start": ("alternate", None, "start", None),
+             "harness - start": ("harness", None, "start", None),
+             "policy - start": ("policy", None, "start", None),
+             "alternate - harness": ("alternate", None, "harness", None),
+             "alternate - policy": ("alternate", None, "policy", None),
+             f"alternate - start under {held}": ("alternate", held, "start", held),
+             f"policy - start under {held}": ("policy", held, "start", held),
+             f"alternate - policy under {held}": ("alternate", held, "policy", held)}
+    xs: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in names}
+    with RecordStore(db, read_only=True) as store:
+        for res in runs:
+            rows = store.episodes(res.sealed_run)
+            for n, (a, ha, b, hb) in names.items():
+                (pa, own_a), (pb, own_b) = res.cells[a], res.cells[b]
+                xa, xb = paired_cells(rows, (pa, ha or own_a), (pb, hb or own_b))
+                xs[n][0].extend(xa)
+                xs[n][1].extend(xb)
+    out = {}
+    for n, (xa, xb) in xs.items():
+        r = paired_bootstrap(xa, xb)
+        out[n] = {"diff": r.diff, "lo": r.lo, "hi": r.hi, "p": r.p_value, "n": r.n}
+    return out
 
 
 def render(results: dict[str, Any]) -> str:
@@ -192,8 +230,15 @@ def render(results: dict[str, Any]) -> str:
                 f"(p = {e['p']:.3f}, {e['n']} pairs)")
 
     out = [f"Total wall time: {results['minutes']:.1f} min", ""]
-    for proposer, r in results["runs"].items():
-        out += [f"## proposer = {proposer} (run {r['run_id']}, {r['minutes']:.1f} min)", "",
+    for proposer, pooled in results["pooled"].items():
+        n_runs = sum(r["proposer"] == proposer for r in results["runs"].values())
+        out += [f"## proposer = {proposer}: effects pooled over {n_runs} Self-HPO seed(s)", "",
+                "Paired bootstrap over (Self-HPO seed, task, test seed):", ""]
+        out += [f"- {name}: {eff(e)}" for name, e in pooled.items()]
+        out.append("")
+    for key, r in results["runs"].items():
+        out += [f"## {key}: proposer = {r['proposer']}, seed {r['seed']} (run {r['run_id']}, "
+                f"{r['minutes']:.1f} min)", "",
                 "| arm | round | harness accepted | updates | dev after |", "|---|---|---|---|---|",
                 f"| start | - | - | 0 | {100 * r['start_dev']:.0f}% |"]
         for arm, rounds in r["lineage"].items():
@@ -212,8 +257,12 @@ def render(results: dict[str, Any]) -> str:
                 for c in cells.values()) + " |")
         out += ["", "Effects (paired bootstrap over task × seed):", ""]
         out += [f"- {name}: {eff(e)}" for name, e in r["effects"].items()]
-        out += ["", f"Budgets (planned): {json.dumps(r['budgets'])}",
-                f"Spent: {json.dumps(r['spent'])}", "", "Proposals (as recorded):", ""]
+        out += ["", "| arm | planned updates | spent | planned dev evaluations | spent |",
+                "|---|---|---|---|---|"]
+        out += [f"| {arm} | {b['updates']} | {r['spent'][arm]['updates']} | "
+                f"{b['dev_evaluations']} | {r['spent'][arm]['dev_evaluations']} |"
+                for arm, b in r["budgets"].items()]
+        out += ["", "Proposals (as recorded):", ""]
         for arm, rounds in r["lineage"].items():
             for row in rounds:
                 h = row.get("harness_phase")

@@ -80,7 +80,8 @@ def report(runs: Sequence[str] = ("latest",), *, out: str | Path | None = None,
         view = report_view(st, run_ids, train_harness=train_harness or None,
                            gain_pairs=gain_pairs or None, compare=pairs or None)
         if optimizer:
-            view.data["optimizer"] = optimizer
+            view.data["optimizer"] = [o for o in optimizer if o["kind"] == "optimize"]
+            view.data["selfhpo"] = [o for o in optimizer if o["kind"] == "self-hpo"]
         target = Path(out or Path(st.path).parent / f"report-{'+'.join(run_ids)}.html")
         check_output_file(target)
         try:
@@ -93,14 +94,21 @@ def report(runs: Sequence[str] = ("latest",), *, out: str | Path | None = None,
 
 def _expand_optimizer_runs(store: RecordStore, run_ids: list[str]
                            ) -> tuple[list[str], list[dict[str, Any]]]:
-    """Optimiser runs (``tackroom optimize``) stand for their test evaluations; their table
-    and audit go to the report's optimiser section."""
+    """Optimiser runs (``tackroom optimize``) stand for their test evaluations, Self-HPO runs
+    for their sealed evaluation; their tables, audit and lineage go to the report's
+    optimiser and Self-HPO sections (each dict's ``kind`` says which)."""
     from tackroom.app.optimization import journal
+    from tackroom.app.selfhpo import read_self_hpo
 
     out: list[str] = []
     optimizer: list[dict[str, Any]] = []
     for rid in run_ids:
         info = store.run(rid) or {}
+        if info.get("command") == "self-hpo":
+            shpo = read_self_hpo(store, rid)
+            out.append(shpo["sealed_run"])
+            optimizer.append({"kind": "self-hpo", **shpo})
+            continue
         if info.get("command") != "optimize":
             out.append(rid)
             continue
@@ -112,7 +120,7 @@ def _expand_optimizer_runs(store: RecordStore, run_ids: list[str]
         names = {"none": "none", "seed-skills": "seed-skills", "optimized": final["best"]}
         out.extend(entries[f"eval:{names[label]}:test"]["run"] for label in final["table"])
         audit = entries.get("audit")
-        optimizer.append({"run_id": rid, "table": final["table"], "accepted": final["accepted"],
+        optimizer.append({"kind": "optimize", "run_id": rid, "table": final["table"], "accepted": final["accepted"],
                           "audit": {k: audit[k] for k in ("replay", "dev_test", "usage", "costs")}
                           if audit else None})
     return list(dict.fromkeys(out)), optimizer

@@ -39,7 +39,7 @@ from tackroom.core.policy import Sampling
 from tackroom.harness.spec import load_harness
 from tackroom.records import RecordStore
 
-__all__ = ["SelfHPOResult", "cross_effects", "self_hpo"]
+__all__ = ["SelfHPOResult", "cross_effects", "read_self_hpo", "self_hpo"]
 
 #: What each arm's policy and harness are called in the sealed table.
 START = "start"
@@ -64,6 +64,9 @@ class SelfHPOResult:
     table: dict[str, dict[str, dict[str, float]]]
     #: name → paired bootstrap over (task, seed): {diff, lo, hi, p, n}.
     effects: dict[str, dict[str, float]]
+    #: label → the sealed cell of its final pair: [policy id, harness name] as its episodes
+    #: carry them (arms that kept the same harness content share its name).
+    cells: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -143,14 +146,14 @@ class _SelfHPO:
                                         "self-hpo", "report this: the budgets must hold")
             sealed, manifest = self._sealed(finals)
             self._phase_done()
-            table, effects = self._analyse(sealed, finals)
+            table, effects, cells = self._analyse(sealed, finals)
             self.journal.log("final", {"kind": "final", "finals": finals, "table": table,
-                                       "effects": effects, "spent": spent})
+                                       "effects": effects, "spent": spent, "cells": cells})
             status = "finished"
         finally:
             self.store.finish_run(self.id, status)
-        return SelfHPOResult(self.id, start_dev, lineage, finals, budgets, spent, sealed, manifest, table,
-                             effects)
+        return SelfHPOResult(self.id, start_dev, lineage, finals, budgets, spent, sealed, manifest,
+                             table, effects, cells)
 
     # ------------------------------------------------------------------ budgets
     def _budgets(self) -> dict[str, dict[str, Any]]:
@@ -318,7 +321,8 @@ class _SelfHPO:
         return run, entry["manifest"]
 
     def _analyse(self, run: str, finals: Mapping[str, Mapping[str, str]]
-                 ) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, dict[str, float]]]:
+                 ) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, dict[str, float]],
+                            dict[str, list[str]]]:
         from tackroom.core.run import RunConfig
 
         ids = dict(RunConfig.from_dict((self.store.run(run) or {}).get("config")).policy_ids)
@@ -331,7 +335,35 @@ class _SelfHPO:
         harness_names = list(dict.fromkeys(
             [h for _p, h in pairs.values()] + [load_harness(h).name for h in self.cfg.held_out]))
         return (sealed_table(rows, {k: v[0] for k, v in pairs.items()}, harness_names),
-                cross_effects(rows, pairs, [load_harness(h).name for h in self.cfg.held_out]))
+                cross_effects(rows, pairs, [load_harness(h).name for h in self.cfg.held_out]),
+                {k: list(v) for k, v in pairs.items()})
+
+
+def read_self_hpo(store: RecordStore, run_id: str) -> dict[str, Any]:
+    """A finished Self-HPO run as the report shows it: the lineage of every arm (per round:
+    the harness accepted and its edits, who proposed them, the updates, dev success after),
+    the sealed table and the effects; JSON-able. Raises ConfigError if it has not finished."""
+    entries = journal(store, run_id)
+    final = entries.get("final")
+    if final is None:
+        raise ConfigError(f"Self-HPO run {run_id!r} has not finished", "report",
+                          f"finish it first: tackroom self-hpo --resume {run_id}")
+    cfg = (store.run(run_id) or {}).get("config", {}).get("selfhpo", {})
+    lineage: dict[str, list[dict[str, Any]]] = {}
+    for arm in [a for a in ARMS if a in final["finals"]]:
+        rows = []
+        for r in range(int(cfg.get("rounds", 0))):
+            h, p = entries.get(f"harness:{arm}:{r}"), entries.get(f"policy:{arm}:{r}")
+            m = entries[f"measure:{arm}:{r}"]
+            rows.append({"round": r, "accepted": h["accepted"] if h else None,
+                         "edits": h["edits"] if h else [], "proposer": h["proposer"] if h else "",
+                         "harness_phase": h is not None, "updates": p["updates"] if p else 0,
+                         "harness": load_harness(m["harness"]).name, "dev": m["rate"],
+                         "n": m["n"]})
+        lineage[arm] = rows
+    return {"run_id": run_id, "start_dev": entries["measure:start:-1"]["rate"],
+            "lineage": lineage, "table": final["table"], "effects": final["effects"],
+            "spent": final["spent"], "sealed_run": entries["sealed"]["run"]}
 
 
 def sealed_table(rows: list[dict[str, Any]], policies: Mapping[str, str],
@@ -361,7 +393,8 @@ def cross_effects(rows: list[dict[str, Any]], pairs: Mapping[str, tuple[str, str
     *carry-over* of each trained policy — how much more its own harness helps it than it
     helps the start policy, [S(π, H) − S(π, H_0)] − [S(π_0, H) − S(π_0, H_0)], the
     mismatch story of docs/research.md §1 (positive: the policy now prefers its harness);
-    and each final policy against the start under each held-out harness.
+    and each final policy against the start (and the alternation's against the policy
+    arm's) under each held-out harness.
     """
     import numpy as np
 
@@ -398,6 +431,10 @@ def cross_effects(rows: list[dict[str, Any]], pairs: Mapping[str, tuple[str, str
         for arm in arms:
             if pairs[arm][0] != pi0:
                 out[f"{arm} - start under {h}"] = paired((pairs[arm][0], h), (pi0, h))
+        if "alternate" in pairs and "policy" in pairs:
+            # Does co-evolving with edited harnesses change how the policy transfers?
+            out[f"alternate - policy under {h}"] = paired((pairs["alternate"][0], h),
+                                                          (pairs["policy"][0], h))
     return out
 
 

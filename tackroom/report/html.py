@@ -282,6 +282,54 @@ def _section_optimizer(d: Mapping[str, Any]) -> str:
     return "".join(out) + "</section>"
 
 
+def _section_selfhpo(d: Mapping[str, Any]) -> str:
+    """Self-HPO runs: each arm's lineage (harness accepted and policy success per round), the
+    sealed evaluation of the final pairs and crossed pairs, and the effects."""
+    out = ['<section id="selfhpo"><h2>Self-HPO lineage</h2>',
+           '<p class="lede">Self-HPO alternates a harness phase (the current policy proposes '
+           "edits from its failures; the best on dev is kept) and a policy phase (RL under the "
+           "kept harness). The harness arm only edits, the policy arm only trains, with the same "
+           "budgets. The sealed evaluation runs every final policy under every final harness "
+           "and the held-out ones on test seeds no phase saw; carry-over is how much more a "
+           "policy's own harness helps it than it helps the start policy "
+           "(docs/optimize.md).</p>"]
+    for run in d.get("selfhpo") or []:
+        out.append(f'<h3>Run <span class="mono">{esc(run["run_id"])}</span></h3>')
+        arms = list(run["lineage"])
+        points, paths, legend = [], [], []
+        for i, arm in enumerate(arms):
+            col = plots.policy_colour(i)
+            xy = [(0.0, run["start_dev"])] + [(r["round"] + 1.0, r["dev"])
+                                              for r in run["lineage"][arm]]
+            paths.append((col, xy))
+            legend.append((arm, col))
+            points += [plots.Point(x, y, colour=col, tooltip=f"{arm} after round {x - 1:.0f}: "
+                                   f"{pct(y)}" if x else f"start: {pct(y)}") for x, y in xy]
+        out.append('<div class="plots">' + plots.scatter(
+            points, title="dev success after each round", x_label="rounds done",
+            y_label="dev success", legend=legend, paths=paths, x_pct=False,
+            label_points=False, cls="lineage") + "</div>")
+        rows = [["start", "–", "–", "–", "0", pct(run["start_dev"])]]
+        for arm in arms:
+            for r in run["lineage"][arm]:
+                edits = ", ".join(e.get("op", "?") for e in r["edits"]) or "–"
+                rows.append([esc(arm), str(r["round"]),
+                             esc(r["accepted"] or "nothing") if r["harness_phase"] else "–",
+                             esc(edits), str(r["updates"]), pct(r["dev"])])
+        out.append(_table([("arm", False), ("round", True), ("harness accepted", False),
+                           ("edits", False), ("updates", True), ("dev after", True)], rows))
+        names = list(next(iter(run["table"].values()), {}))
+        out.append("<h4>Sealed evaluation on test</h4>" + _table(
+            [("policy", False)] + [(n, True) for n in names],
+            [[esc(label)] + [f"{pct(c['rate'])} {_ci(c['lo'], c['hi'])}" for c in cells.values()]
+             for label, cells in run["table"].items()]))
+        out.append("<h4>Effects (paired bootstrap over task × seed)</h4>" + _table(
+            [("effect", False), ("Δ", True), ("95% interval", True), ("pairs", True)],
+            [[esc(name), _pp(e["diff"]), f"[{_pp(e['lo'])}, {_pp(e['hi'])}]", str(e["n"])]
+             for name, e in run["effects"].items()]))
+    return "".join(out) + "</section>"
+
+
 def _section_success(d: Mapping[str, Any]) -> str:
     out = ['<section id="success"><h2>Success by harness × policy</h2>',
            '<p class="lede">Success rate over scored episodes with its Wilson 95% interval '
@@ -694,6 +742,8 @@ def _page(d: Mapping[str, Any], index: Mapping[str, Any], turns: Mapping[str, An
         toc.insert(1, ("sealed", "Sealed evaluation"))
     if d.get("optimizer"):
         toc.insert(1, ("optimizer", "Optimiser"))
+    if d.get("selfhpo"):
+        toc.insert(1, ("selfhpo", "Self-HPO"))
     parts = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">',  # no " & < in it
@@ -707,6 +757,7 @@ def _page(d: Mapping[str, Any], index: Mapping[str, Any], turns: Mapping[str, An
         "".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in toc),
         "</nav></div></header><main>",
         _section_overview(d), _section_optimizer(d) if d.get("optimizer") else "",
+        _section_selfhpo(d) if d.get("selfhpo") else "",
         _section_sealed(d) if d.get("sealed") else "", _section_success(d), _section_tasks(d),
         _section_ceiling(d),
         _section_transfer(d), _section_conflation(d), _section_gain(d),

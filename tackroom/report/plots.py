@@ -511,12 +511,14 @@ def scatter(points: Sequence[Point], *, title: str = "", x_label: str = "", y_la
             legend: Sequence[tuple[str, str]] = (), width: float = 420, height: float = 300,
             x_pct: bool = True, y_pct: bool = True, zero_line: bool = True,
             x_domain: tuple[float, float] | None = None, label_points: bool = True,
+            paths: Sequence[tuple[str, Sequence[tuple[float, float]]]] = (),
             cls: str = "scatter") -> str:
     """Points with axes, ticks, an optional fitted line ``y = a·x + b`` and a legend.
 
     ``x_domain`` fixes the x range (widened if a point falls outside it);
     with ``label_points`` each point's ``label`` is written next to it
-    (when there are at most 16 points).
+    (when there are at most 16 points). ``paths`` are ``(colour, [(x, y), …])``
+    polylines drawn under the points (a curve per series, e.g. success per round).
     """
     left, right = 58, 14
     top = (26 if title else 8) + (18 if legend else 0)
@@ -577,6 +579,9 @@ def scatter(points: Sequence[Point], *, title: str = "", x_label: str = "", y_la
                        f'x2="{X(xb):.1f}" y2="{Y(a * xb + b):.1f}" stroke="#b91c1c" '
                        f'stroke-width="1.5" stroke-dasharray="5 3">'
                        f'<title>{esc(line_label)}</title></line>')
+    for col, xy in paths:
+        pts = " ".join(f"{X(x):.1f},{Y(y):.1f}" for x, y in xy)
+        out.append(f'<polyline points="{pts}" fill="none" stroke="{col}" stroke-width="1.5"/>')
     for p in points:
         out.append(f'<circle class="pt" cx="{X(p.x):.1f}" cy="{Y(p.y):.1f}" r="5" '
                    f'fill="{p.colour}" fill-opacity="0.85" stroke="#fff" stroke-width="1">'
