@@ -86,6 +86,10 @@ EDIT_CASES: dict[str, list[Edit]] = {
     "delete_skill": [Edit("delete_skill", skill="forms")],
     "delete every skill": [Edit("delete_skill", skill="forms"),
                            Edit("delete_skill", skill="looking")],
+    # `skills = []` beside a table: found by tackroom self-hpo, once written inside [loop].
+    "delete every skill and set loop": [Edit("delete_skill", skill="forms"),
+                                        Edit("delete_skill", skill="looking"),
+                                        Edit("set", slot="loop.history", value=0)],
     "replace_skill": [Edit("replace_skill", skill="looking", text="Look twice.")],
     "add_rule": [Edit("add_rule", skill="forms", text="Check the labels.")],
     "add_rule at index": [Edit("add_rule", skill="forms", text="First rule", index=0)],

@@ -451,6 +451,9 @@ def _child_toml(parent: HarnessSpec, child: HarnessSpec, parent_ref: str,
     out += [f"#   {json.dumps(e.to_dict(), ensure_ascii=True)}"[:200] for e in edits]
     out += [f"name = {_str(child.name)}", f"description = {_str(child.description)}",
             f"extends = {_str(parent_ref)}"]
+    if child.skills != parent.skills and not child.skills:
+        # A top-level key: written before any [table], or TOML would read it inside one.
+        out.append("skills = []")
     for slot in ("prompt", "observation", "loop", "budget"):
         old, new = getattr(parent, slot), getattr(child, slot)
         keys = [k for k in new if k != "options" and new[k] != old.get(k)]
@@ -468,8 +471,6 @@ def _child_toml(parent: HarnessSpec, child: HarnessSpec, parent_ref: str,
         out += ["", "[actions.descriptions]"] + [f"{_key(k)} = {_value(v)}"
                                                  for k, v in changed_d.items()]
     if child.skills != parent.skills:  # extends replaces a list: write the child's in full
-        if not child.skills:
-            out += ["", "skills = []"]
         for s in child.skills:
             out += ["", "[[skills]]", f"name = {_str(s.name)}", f"text = {_str(s.text)}"]
     return "\n".join(out) + "\n"
