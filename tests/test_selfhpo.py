@@ -7,10 +7,12 @@ for a model too small to write edits.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from tackroom.app.selfhpo_config import SelfHPOConfig  # noqa: E402
 from tackroom.core.errors import ConfigError  # noqa: E402
 from tackroom.harness.spec import load_harness  # noqa: E402
 from tackroom.records import RecordStore  # noqa: E402
+from tackroom.testing import ScriptedOpenAIServer, text  # noqa: E402
 
 TASKS = ["focus-text", "click-dialog"]
 HARNESS = """name = "{name}"
@@ -193,51 +196,71 @@ def test_two_rounds_of_each_arm_record_the_lineage_with_equal_budgets(env, tmp_p
 
 
 def test_a_killed_self_hpo_resumes_mid_round(env, tmp_path):
-    toml = selfhpo_toml(env, tmp_path / "selfhpo.toml", rounds=2, steps_per_round=2)
-    db = tmp_path / "r.duckdb"
-    cli_env = {**os.environ, **CLI_ENV, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([*TACKROOM, "self-hpo", "-c", str(toml), "--db", str(db),
-                             "--out", str(tmp_path / "out")], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=cli_env)
-    out_lines: list[str] = []
-    try:
-        # Killed as soon as round 1 of the alternation starts training: mid-round, after
-        # its harness phase (a point of the run, never a time).
-        for line in proc.stdout:
-            out_lines.append(line)
-            if "alternate round 1: policy phase" in line:
-                proc.send_signal(signal.SIGKILL)
-                break
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    out = "".join(out_lines)
-    assert proc.returncode == -signal.SIGKILL, out
-    run_id = re.search(r"shpo-\d{8}-\d{6}-[0-9a-f]{4}", out).group(0)
-    killed_at = time.time()
-    with RecordStore(db) as store:
-        before = journal(store, run_id)
-        assert store.run(run_id)["status"] != "finished"
-    assert "harness:alternate:1" in before and "policy:alternate:1" not in before
+    # The proposer is an external model behind a scripted server in this process; it
+    # stops answering at its 3rd call — the first proposal of the alternation's round 1,
+    # after round 0's harness and policy phases: the run is killed there, mid-round, at a
+    # point of the run, never after a time.
+    calls, release = [0], threading.Event()
 
-    done = run_cli("self-hpo", "--resume", run_id, "--db", str(db), "--out",
-                   str(tmp_path / "out"), cwd=tmp_path)
+    def reply(body: dict) -> object:
+        calls[0] += 1
+        if calls[0] == 3:
+            release.wait(120)
+        return text(json.dumps([{"op": "add_skill", "skill": f"extra{calls[0]}",
+                                 "text": "- Act on the element the instruction names."}]))
+
+    with ScriptedOpenAIServer(reply) as srv:
+        toml = selfhpo_toml(env, tmp_path / "selfhpo.toml", proposer="openai:proposer-model")
+        toml.write_text(toml.read_text().replace(
+            "concurrency = 16\n[splits]", f'concurrency = 16\nbase_url = "{srv.base_url}"\n'
+            "[splits]"))
+        db = tmp_path / "r.duckdb"
+        cli_env = {**os.environ, **CLI_ENV, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        proc = subprocess.Popen([*TACKROOM, "self-hpo", "-c", str(toml), "--db", str(db),
+                                 "--out", str(tmp_path / "out")], cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=cli_env)
+        try:
+            deadline = time.monotonic() + 300
+            while calls[0] < 3 and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGKILL)
+            out = proc.communicate(timeout=60)[0]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            release.set()
+        assert proc.returncode == -signal.SIGKILL, out
+        run_id = re.search(r"shpo-\d{8}-\d{6}-[0-9a-f]{4}", out).group(0)
+        killed_at = time.time()
+        with RecordStore(db) as store:
+            before = journal(store, run_id)
+            assert store.run(run_id)["status"] != "finished"
+            assert store.run(f"{run_id}.alternate.r1")["status"] != "finished"
+        assert {"harness:alternate:0", "policy:alternate:0", "measure:alternate:0"} <= set(before)
+        assert "harness:alternate:1" not in before
+
+        done = run_cli("self-hpo", "--resume", run_id, "--db", str(db), "--out",
+                       str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"resuming {run_id}" in done.stdout
-    assert "Self-HPO run" in done.stdout and "sealed evaluation on test" in done.stdout
+    assert "lineage" in done.stdout and "sealed evaluation on test" in done.stdout
     with RecordStore(db, read_only=True) as store:
         after = journal(store, run_id)
         for key, e in before.items():
             assert after[key]["step"] == e["step"], key  # read back, not run again
-        for key, e in before.items():
             if e.get("kind") == "measure":
                 times = [r["recorded_at"] for r in store.episodes(e["run"])]
                 assert times and max(times) < killed_at, key
+        # Round 0's training was not repeated: its steps were logged once, before the kill.
+        steps = store.train_steps(f"{run_id}.alternate.r0.train")
+        assert [s["step"] for s in steps] == [1, 2]
         assert store.run(run_id)["status"] == "finished"
-        assert after["final"]["spent"]["alternate"]["updates"] == 4
-        assert after["final"]["spent"]["policy"]["updates"] == 4
+        final = after["final"]
+        assert final["spent"]["alternate"]["updates"] == final["spent"]["policy"]["updates"] == 4
+        # The external model proposed every round's edits, recorded as its own.
+        assert after["harness:alternate:1"]["proposer"] == "openai:proposer-model"
+        assert after["harness:alternate:1"]["proposed"]
 
 
 def test_bad_self_hpo_configs_are_one_clear_line(env, tmp_path):

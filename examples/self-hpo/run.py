@@ -133,10 +133,12 @@ def main() -> None:
 
 
 def run(a: argparse.Namespace) -> None:
+    from tackroom.app.selfhpo import read_self_hpo
     from tackroom.cli.common import console
-    from tackroom.cli.optimize import render_self_hpo
     from tackroom.models import init_model
     from tackroom.models.corpus import harness_corpus
+    from tackroom.records import RecordStore
+    from tackroom.report.terminal import self_hpo_tables
     from tackroom.train.engine import OptimSettings
     from tackroom.train.sft import Selection, SFTConfig
 
@@ -176,13 +178,15 @@ def run(a: argparse.Namespace) -> None:
             print(f"\nSelf-HPO, proposer = {proposer}, seed {seed} ({toml.name})", flush=True)
             res = tackroom.self_hpo(toml, store=db, out_dir=work / f"shpo-{proposer}-{seed}",
                                     on_note=lambda line: print(f"  {line}", flush=True))
-            for table in render_self_hpo(res):
-                console.print(table)
+            with RecordStore(db, read_only=True) as store:
+                for table in self_hpo_tables(read_self_hpo(store, res.run_id)):
+                    console.print(table)
             results["runs"][f"{proposer}-{seed}"] = {
                 "proposer": proposer, "seed": seed, "run_id": res.run_id,
                 "start_dev": res.start_dev, "sealed_run": res.sealed_run, "table": res.table,
                 "effects": res.effects, "budgets": res.budgets, "spent": res.spent,
                 "lineage": res.lineage, "finals": res.finals,
+                "replies": top_replies(db, res),
                 "minutes": (time.perf_counter() - t1) / 60}
             sealed.append(res)
         results["pooled"][proposer] = pooled_effects(sealed, db)
@@ -222,6 +226,29 @@ def pooled_effects(runs: list[Any], db: str) -> dict[str, dict[str, float]]:
     return out
 
 
+def top_replies(db: str, res: Any, k: int = 3) -> dict[str, list[list[Any]]]:
+    """What each final policy wrote in the sealed run: its ``k`` commonest replies, with their
+    share of its turns (a policy that writes one command whatever it sees shows here)."""
+    from collections import Counter
+
+    from tackroom.records import RecordStore
+
+    counts: dict[str, Counter[str]] = {}
+    label_of: dict[str, str] = {}  # the start and the harness arm share π_0
+    for label, (policy, _h) in res.cells.items():
+        label_of[policy] = f"{label_of[policy]} / {label}" if policy in label_of else label
+    with RecordStore(db, read_only=True) as store:
+        for ep in store.iter_episodes(res.sealed_run):
+            label = label_of.get(ep.policy)
+            if label is not None:
+                counts.setdefault(label, Counter()).update(
+                    # the fences the tiny model writes around a command, dropped for reading
+                    " ".join((t.raw_text or "").replace("```", " ").split()) or "(empty)"
+                    for t in ep.turns)
+    return {label: [[text, n / sum(c.values())] for text, n in c.most_common(k)]
+            for label, c in counts.items()}
+
+
 def render(results: dict[str, Any]) -> str:
     """results.md: per proposer, the lineage, the sealed table, the effects, quoted proposals."""
 
@@ -257,6 +284,9 @@ def render(results: dict[str, Any]) -> str:
                 for c in cells.values()) + " |")
         out += ["", "Effects (paired bootstrap over task × seed):", ""]
         out += [f"- {name}: {eff(e)}" for name, e in r["effects"].items()]
+        out += ["", "Commonest replies in the sealed run (share of the policy's turns):", ""]
+        out += [f"- {label}: " + "; ".join(f"`{text}` {100 * share:.0f}%" for text, share in reps)
+                for label, reps in r["replies"].items()]
         out += ["", "| arm | planned updates | spent | planned dev evaluations | spent |",
                 "|---|---|---|---|---|"]
         out += [f"| {arm} | {b['updates']} | {r['spent'][arm]['updates']} | "

@@ -276,7 +276,7 @@ class _SelfHPO:
         c = self.cfg
         run = f"{self.id}.start.dev" if arm == "start" else f"{self.id}.{arm}.r{r}.dev"
         scores = scores_of(self.store, run, suite=c.suite, tasks=c.tasks, harness=harness,
-                           policy=policy, seeds=c.optimize_config(harness, policy, 0).seeds("dev"),
+                           policy=policy, seeds=c.seeds("dev"),
                            sampling=self._sampling(), concurrency=c.concurrency,
                            base_url=c.base_url, train_run=self.id, note=self.note)
         rate = sum(scores.values()) / len(scores) if scores else float("nan")
@@ -305,7 +305,7 @@ class _SelfHPO:
             m = seal(path, suite=c.suite, tasks=c.tasks or None, harnesses=harnesses,
                      held_out=[h for h in c.held_out if h not in harnesses],
                      train_harnesses=harnesses, policies=policies,
-                     seeds=c.optimize_config(c.harness, c.start_policy, 0).seeds("test"),
+                     seeds=c.seeds("test"),
                      sampling=self._sampling(), force=True)
             entry = self.journal.log("sealed", {"kind": "sealed", "manifest": str(path),
                                                 "hash": m.hash, "run": run,

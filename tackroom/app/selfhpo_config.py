@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tackroom.app.limits import seed_list
 from tackroom.app.optimize_config import OptimizeConfig
 from tackroom.core.errors import ConfigError
 
@@ -145,6 +146,10 @@ class SelfHPOConfig:
     def start_policy(self) -> str:
         """π_0 as a policy spec (``hf:MODEL`` or ``hf:MODEL:ADAPTER``)."""
         return f"hf:{self.model}" + (f":{self.adapter}" if self.adapter else "")
+
+    def seeds(self, split: str) -> list[int]:
+        """The seeds of ``split`` (``train``, ``dev`` or ``test``)."""
+        return seed_list(getattr(self, split))
 
     # ------------------------------------------------------------------ budgets
     def budget(self, arm: str) -> ArmBudget:

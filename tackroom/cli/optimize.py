@@ -141,45 +141,12 @@ def self_hpo_cmd(
                           on_step=lambda step, total, m: bar.update(
                               phases[0], phases[1], f"training step {step}/{total}, success "
                               f"{m.get('success', float('nan')):.0%}"))
-    for table in render_self_hpo(result):
-        console.print(table)
+    from tackroom.app.runs import open_store
+    from tackroom.app.selfhpo import read_self_hpo
+    from tackroom.report.terminal import self_hpo_tables
+
+    with open_store(db, read_only=True) as store:
+        for table in self_hpo_tables(read_self_hpo(store, result.run_id)):
+            console.print(table)
     console.print(f"sealed run {result.sealed_run} (manifest {result.manifest}); "
-                  f"lineage in `tackroom report {result.run_id}`")
-
-
-def render_self_hpo(result: object) -> list[Table]:
-    """The lineage per arm, the sealed table and the effects, as terminal tables."""
-    from tackroom.app.selfhpo import SelfHPOResult
-
-    assert isinstance(result, SelfHPOResult)
-    lineage = Table(title=f"Self-HPO run {result.run_id}: lineage (dev success after each round)")
-    for col in ("arm", "round", "harness accepted", "edits", "proposer", "updates", "dev"):
-        lineage.add_column(col, justify="right" if col in ("round", "updates", "dev") else "left")
-    lineage.add_row("start", "-", "-", "-", "-", "0", f"{result.start_dev:.0%}")
-    for arm, rounds in result.lineage.items():
-        for row in rounds:
-            h, p = row.get("harness_phase"), row.get("policy_phase")
-            edits = ", ".join(e.get("op", "?") for e in (h or {}).get("edits", [])) or "-"
-            lineage.add_row(arm, str(row["round"]),
-                            (h["accepted"] or "nothing") if h else "-", edits,
-                            _short(h["proposer"]) if h else "-",
-                            str(p["updates"]) if p else "0", f"{row['dev']:.0%}")
-    sealed = Table(title="sealed evaluation on test (success, Wilson 95%)")
-    names = list(next(iter(result.table.values()), {}))
-    sealed.add_column("policy")
-    for name in names:
-        sealed.add_column(name, justify="right")
-    for label, cells in result.table.items():
-        sealed.add_row(label, *(f"{100 * c['rate']:.0f}% [{100 * c['lo']:.0f}, "
-                                f"{100 * c['hi']:.0f}] n={c['n']}" for c in cells.values()))
-    effects = Table(title="effects (paired bootstrap over task × seed)")
-    for col in ("effect", "Δ pp", "95% interval", "p", "pairs"):
-        effects.add_column(col, justify="left" if col == "effect" else "right")
-    for name, e in result.effects.items():
-        effects.add_row(name, f"{100 * e['diff']:+.1f}", f"[{100 * e['lo']:+.1f}, "
-                        f"{100 * e['hi']:+.1f}]", f"{e['p']:.3f}", str(e["n"]))
-    return [lineage, sealed, effects]
-
-
-def _short(spec: str) -> str:
-    return spec if len(spec) <= 40 else "…" + spec[-39:]
+                  f"the lineage plot: tackroom report {result.run_id}")

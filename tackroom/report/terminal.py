@@ -9,7 +9,7 @@ episode rows, for ``tackroom eval`` to print right after a run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich.console import RenderableType
@@ -34,7 +34,42 @@ def report_tables(view: ReportView) -> list[RenderableType]:
     """What ``tackroom report`` prints, in order: summary, ceiling and mismatch, conflation,
     then one table per sealed run (every cell of its manifest)."""
     return [summary_table(view), ceiling_mismatch_table(view), conflation_table(view),
-            *(sealed_table(sec) for sec in view["sealed"])]
+            *(sealed_table(sec) for sec in view["sealed"]),
+            *(t for sec in view.data.get("selfhpo") or [] for t in self_hpo_tables(sec))]
+
+
+def self_hpo_tables(sec: Mapping[str, Any]) -> list[Table]:
+    """A Self-HPO run (:func:`tackroom.app.selfhpo.read_self_hpo`): its lineage (dev success
+    after each round of each arm), the sealed table of final and crossed pairs, the effects."""
+    lineage = Table(title=f"Self-HPO run {sec['run_id']}: lineage (dev success after each "
+                    "round)", title_justify="left")
+    for col in ("arm", "round", "harness accepted", "edits", "proposer", "updates", "dev"):
+        lineage.add_column(col, justify="right" if col in ("round", "updates", "dev") else "left")
+    lineage.add_row("start", "-", "-", "-", "-", "0", _pct(sec["start_dev"]))
+    for arm, rounds in sec["lineage"].items():
+        for r in rounds:
+            edits = ", ".join(e.get("op", "?") for e in r["edits"]) or "-"
+            proposer = r["proposer"] if len(r["proposer"]) <= 40 else "…" + r["proposer"][-39:]
+            lineage.add_row(escape(arm), str(r["round"]),
+                            escape(r["accepted"] or "nothing") if r["harness_phase"] else "-",
+                            escape(edits), escape(proposer) if r["harness_phase"] else "-",
+                            str(r["updates"]), _pct(r["dev"]))
+    sealed = Table(title=f"sealed evaluation on test ({sec['sealed_run']}; success, Wilson 95%)",
+                   title_justify="left")
+    names = list(next(iter(sec["table"].values()), {}))
+    sealed.add_column("policy")
+    for name in names:
+        sealed.add_column(escape(name), justify="right")
+    for label, cells in sec["table"].items():
+        sealed.add_row(escape(label), *(f"{_pct(c['rate'])} [{_pct(c['lo'])}, {_pct(c['hi'])}] "
+                                        f"n={c['n']}" for c in cells.values()))
+    effects = Table(title="effects (paired bootstrap over task × seed)", title_justify="left")
+    for col in ("effect", "Δ pp", "95% interval", "p", "pairs"):
+        effects.add_column(col, justify="left" if col == "effect" else "right")
+    for name, e in sec["effects"].items():
+        effects.add_row(escape(name), f"{100 * e['diff']:+.1f}", f"[{100 * e['lo']:+.1f}, "
+                        f"{100 * e['hi']:+.1f}]", f"{e['p']:.3f}", str(e["n"]))
+    return [lineage, sealed, effects]
 
 
 def summary_table(rows: ReportView | Rows, title: str = "Success by harness × policy",
