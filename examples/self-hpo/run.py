@@ -41,26 +41,7 @@ HARNESSES = {
     "list-cmd": ("element_list", "Numbered element list; one text command per turn."),
     "html-cmd": ("html", "Raw HTML with data-wob_ref; one text command per turn."),
 }
-HARNESS = """name = "{name}"
-description = "{description}"
-[prompt]
-system = "You are a web agent. Act on an element by its reference number."
-[observation]
-renderer = "{renderer}"
-max_chars = 4000
-[actions]
-interface = "element_refs"
-parser = "commands"
-[loop]
-actions_per_turn = 1
-history = 1
-on_malformed = "feedback"
-on_action_error = "feedback"
-[budget]
-turns = 2
-wall_seconds = 60
-state_to_model = false
-"""
+SYSTEM = "You are a web agent. Act on an element by its reference number."
 
 SELFHPO = """# Self-HPO on the toy suite (examples/self-hpo).
 [selfhpo]
@@ -139,6 +120,7 @@ def run(a: argparse.Namespace) -> None:
     from tackroom.models.corpus import harness_corpus
     from tackroom.records import RecordStore
     from tackroom.report.terminal import self_hpo_tables
+    from tackroom.testing.harnesses import command_harness
     from tackroom.train.engine import OptimSettings
     from tackroom.train.sft import Selection, SFTConfig
 
@@ -148,8 +130,9 @@ def run(a: argparse.Namespace) -> None:
     # Harness names resolve on $TACKROOM_HARNESS_PATH, read at every load.
     os.environ["TACKROOM_HARNESS_PATH"] = str(work / "harnesses")
     for name, (renderer, description) in HARNESSES.items():
-        (work / "harnesses" / f"{name}.toml").write_text(
-            HARNESS.format(name=name, renderer=renderer, description=description))
+        (work / "harnesses" / f"{name}.toml").write_text(command_harness(
+            name, description=description, renderer=renderer, turns=2, max_chars=4000,
+            system=SYSTEM))
     db = str(work / "runs.duckdb")
     t0 = time.perf_counter()
 

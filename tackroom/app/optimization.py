@@ -66,6 +66,17 @@ def journal(store: RecordStore, run_id: str) -> dict[str, dict[str, Any]]:
     return {row["key"]: row for row in store.train_steps(run_id) if "key" in row}
 
 
+def recorded_config(store: RecordStore, run_id: str, command: str, what: str
+                    ) -> dict[str, Any]:
+    """The config recorded by run ``run_id`` of ``command``, for resuming it; a ConfigError
+    when the store has no such run."""
+    info = store.run(run_id)
+    if info is None or info.get("command") != command:
+        raise ConfigError(f"no {what} {run_id!r} to resume", "--resume",
+                          "list runs with `tackroom runs`")
+    return dict(info.get("config") or {})
+
+
 class Journal:
     """A loop's journal: keyed entries in its run's ``train_steps`` rows, one row per entry.
 
@@ -109,14 +120,10 @@ def optimize(config: OptimizeConfig | str | Path | None = None, *, store: Record
     with open_store(store) as st:
         rid = run_id or ("opt-" + new_run_id())
         if resume_run:
-            info = st.run(rid)
-            if info is None or info.get("command") != "optimize":
-                raise ConfigError(f"no optimiser run {rid!r} to resume", "--resume",
-                                  "list runs with `tackroom runs`")
+            recorded = recorded_config(st, rid, "optimize", "optimiser run")
             # The recorded settings, whatever ``config`` says: a resumed run is the same run.
-            cfg = OptimizeConfig.from_dict(dict((info.get("config") or {}).get("optimize", {})),
-                                           f"run {rid}")
-            test_split = bool((info.get("config") or {}).get("test_split", True))
+            cfg = OptimizeConfig.from_dict(dict(recorded.get("optimize", {})), f"run {rid}")
+            test_split = bool(recorded.get("test_split", True))
         out = Path(out_dir or Path(st.path).parent / "optimize" / rid)
         loop = _Loop(cfg, st, rid, out, on_note or (lambda _line: None))
         loop.test_split = test_split

@@ -137,25 +137,35 @@ class OptimizeConfig:
     def from_toml(cls, path: str | Path) -> OptimizeConfig:
         """Read ``optimize.toml`` (sections ``[optimize]``, ``[splits]``, ``[sampling]``)."""
         p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError("config file not found", str(p), "check the path") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"not valid TOML: {e}", str(p), "fix the syntax") from None
-        except UnicodeDecodeError:
-            raise ConfigError("not a UTF-8 text file", str(p), "give an optimize.toml") from None
-        unknown = sorted(set(data) - {"optimize", "splits", "sampling"})
-        if unknown:
-            raise ConfigError(f"unknown section(s) {unknown}", str(p),
-                              "use [optimize], [splits] and [sampling]")
+        tables = read_sections(p, ("optimize", "splits", "sampling"), "an optimize.toml")
         flat: dict[str, Any] = {}
-        for section in ("optimize", "splits", "sampling"):
-            table = data.get(section, {})
-            if not isinstance(table, dict):
-                raise ConfigError(f"[{section}] must be a table", str(p), f"write [{section}]")
+        for section, table in tables.items():
             for key, value in table.items():
                 if section == "splits" and key in (*SPLITS, "replay") and isinstance(value, list):
                     value = ",".join(str(v) for v in value)
                 flat[key] = value
         return cls.from_dict(flat, str(p))
+
+
+def read_sections(path: Path, sections: tuple[str, ...], what: str) -> dict[str, dict[str, Any]]:
+    """The tables of a config file that may hold only ``sections`` (each a TOML table);
+    every problem with the file is one :class:`ConfigError` naming it."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("config file not found", str(path), "check the path") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"not valid TOML: {e}", str(path), "fix the syntax") from None
+    except UnicodeDecodeError:
+        raise ConfigError("not a UTF-8 text file", str(path), f"give {what}") from None
+    unknown = sorted(set(data) - set(sections))
+    if unknown:
+        raise ConfigError(f"unknown section(s) {unknown}", str(path),
+                          "use " + ", ".join(f"[{s}]" for s in sections))
+    out: dict[str, dict[str, Any]] = {}
+    for section in sections:
+        table = data.get(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"[{section}] must be a table", str(path), f"write [{section}]")
+        out[section] = table
+    return out

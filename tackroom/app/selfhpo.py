@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tackroom.app.optimization import Journal, journal, optimize, scores_of
+from tackroom.app.optimization import Journal, journal, optimize, recorded_config, scores_of
 from tackroom.app.runs import new_run_id, open_store
 from tackroom.app.selfhpo_config import ARM_PHASES, ARMS, SelfHPOConfig
 from tackroom.core.errors import ConfigError, TackroomError
@@ -92,13 +92,9 @@ def self_hpo(config: SelfHPOConfig | str | Path | None = None, *,
     with open_store(store) as st:
         rid = run_id or ("shpo-" + new_run_id())
         if resume_run:
-            info = st.run(rid)
-            if info is None or info.get("command") != "self-hpo":
-                raise ConfigError(f"no Self-HPO run {rid!r} to resume", "--resume",
-                                  "list runs with `tackroom runs`")
             # The recorded settings: a resumed run is the same run.
-            cfg = SelfHPOConfig.from_dict(dict((info.get("config") or {}).get("selfhpo", {})),
-                                          f"run {rid}")
+            recorded = recorded_config(st, rid, "self-hpo", "Self-HPO run")
+            cfg = SelfHPOConfig.from_dict(dict(recorded.get("selfhpo", {})), f"run {rid}")
         out = Path(out_dir or Path(st.path).parent / "self-hpo" / rid).resolve()
         loop = _SelfHPO(cfg, st, rid, out, on_note or (lambda _line: None), on_step)
         loop.progress = on_progress or (lambda _done, _total: None)

@@ -40,13 +40,12 @@ an arm that trains gets ``steps_per_round`` updates per round (:func:`arm_budget
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tackroom.app.limits import seed_list
-from tackroom.app.optimize_config import OptimizeConfig
+from tackroom.app.optimize_config import OptimizeConfig, read_sections
 from tackroom.core.errors import ConfigError
 
 __all__ = ["ARMS", "ArmBudget", "LOOP_SET_KEYS", "SelfHPOConfig", "arm_budget"]
@@ -206,32 +205,15 @@ class SelfHPOConfig:
     def from_toml(cls, path: str | Path) -> SelfHPOConfig:
         """Read ``selfhpo.toml`` (``[selfhpo]``, ``[splits]``, ``[train]``, ``[sampling]``)."""
         p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError("config file not found", str(p), "check the path") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"not valid TOML: {e}", str(p), "fix the syntax") from None
-        except UnicodeDecodeError:
-            raise ConfigError("not a UTF-8 text file", str(p), "give a selfhpo.toml") from None
-        unknown = sorted(set(data) - {"selfhpo", "splits", "train", "sampling"})
-        if unknown:
-            raise ConfigError(f"unknown section(s) {unknown}", str(p),
-                              "use [selfhpo], [splits], [train] and [sampling]")
-        flat: dict[str, Any] = {}
-        for section in ("selfhpo", "splits", "sampling", "train"):
-            table = data.get(section, {})
-            if not isinstance(table, dict):
-                raise ConfigError(f"[{section}] must be a table", str(p), f"write [{section}]")
-            if section == "train":
-                flat["rl"] = table
-                continue
+        tables = read_sections(p, ("selfhpo", "splits", "train", "sampling"), "a selfhpo.toml")
+        flat: dict[str, Any] = {"rl": tables.pop("train")}
+        for section, table in tables.items():
             for key, value in table.items():
-                if section == "splits" and isinstance(value, list):
-                    value = ",".join(str(v) for v in value)
                 if section == "splits" and key not in ("train", "dev", "test"):
                     raise ConfigError(f"unknown split {key!r}", f"{p} [splits]",
                                       "use train, dev and test")
+                if section == "splits" and isinstance(value, list):
+                    value = ",".join(str(v) for v in value)
                 flat[key] = value
         return cls.from_dict(flat, str(p))
 
