@@ -35,7 +35,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from tackroom.app.limits import seed_list
 from tackroom.core.errors import ConfigError
@@ -49,8 +49,29 @@ SPLITS = ("train", "dev", "test")
 REPLAY_SEED_BASE = 2_000_000
 
 
+class FlatSettings:
+    """A dataclass of flat settings with a ``source`` (where they came from, for errors):
+    recorded as a dict (``to_dict``), read back from one with unknown keys refused."""
+
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)  # type: ignore[call-overload]
+        d.pop("source")
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "config") -> Self:
+        known = {f for f in cls.__dataclass_fields__ if f != "source"}  # type: ignore[attr-defined]
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown setting(s) {unknown}", source,
+                              f"known: {', '.join(sorted(known))}")
+        return cls(**d, source=source)
+
+
 @dataclass
-class OptimizeConfig:
+class OptimizeConfig(FlatSettings):
     """One optimiser run's settings (see the module docstring for the file)."""
 
     suite: str = "toy"
@@ -118,20 +139,6 @@ class OptimizeConfig:
         if split == "replay" and not self.replay:
             return [REPLAY_SEED_BASE + i for i in range(len(seed_list(self.dev)))]
         return seed_list(getattr(self, split))
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("source")
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str = "config") -> OptimizeConfig:
-        known = {f for f in cls.__dataclass_fields__ if f != "source"}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"unknown setting(s) {unknown}", source,
-                              f"known: {', '.join(sorted(known))}")
-        return cls(**d, source=source)
 
     @classmethod
     def from_toml(cls, path: str | Path) -> OptimizeConfig:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.app.limits import seed_list
-from tackroom.app.optimize_config import OptimizeConfig, read_sections
+from tackroom.app.optimize_config import FlatSettings, OptimizeConfig, read_sections
 from tackroom.core.errors import ConfigError
 
 __all__ = ["ARMS", "ArmBudget", "LOOP_SET_KEYS", "SelfHPOConfig", "arm_budget"]
@@ -77,7 +77,7 @@ class ArmBudget:
 
 
 @dataclass
-class SelfHPOConfig:
+class SelfHPOConfig(FlatSettings):
     """One Self-HPO run's settings (see the module docstring for the file)."""
 
     suite: str = "toy"
@@ -187,20 +187,6 @@ class SelfHPOConfig:
         return RLConfig.from_dict(data, f"{self.source} [train]")
 
     # --------------------------------------------------------------------- I/O
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("source")
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str = "config") -> SelfHPOConfig:
-        known = {f for f in cls.__dataclass_fields__ if f != "source"}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"unknown setting(s) {unknown}", source,
-                              f"known: {', '.join(sorted(known))}")
-        return cls(**d, source=source)
-
     @classmethod
     def from_toml(cls, path: str | Path) -> SelfHPOConfig:
         """Read ``selfhpo.toml`` (``[selfhpo]``, ``[splits]``, ``[train]``, ``[sampling]``)."""
