@@ -174,9 +174,14 @@ class RLConfig:
                        "records: frozen episodes from the record store", choices=DATA_SOURCES)
     runs: list[str] = _opt(None, "data", "record runs to train on (source = records; "
                            "[]: every run)", factory=list)
+    # Checked in validate(), not by ``choices``: besides REWARDS it takes ``proxy:NAME`` for
+    # every registered proxy reward (tackroom.train.rewards).
     reward: str = _opt("success", "data", "an episode's return: success = 1 if it succeeded "
-                       "else 0 (the solve rate); recorded = the environment's reward",
-                       choices=REWARDS)
+                       "else 0 (the solve rate); recorded = the environment's reward; "
+                       "proxy:NAME = a learned/scripted reward (tackroom.train.rewards)")
+    verifier: bool = _opt(False, "data", "gate the reward by the outcome verifier: "
+                          "r = v(o)·r (v = 1 iff the episode succeeded), so a proxy pays "
+                          "nothing for a wrong outcome")
 
     # [rollout] ------------------------------------------------------------ sampling
     temperature: float = _opt(1.0, "rollout", "sampling temperature (also divides the "
@@ -297,6 +302,7 @@ class RLConfig:
         need("checkpoint_every", 0 <= self.checkpoint_every <= MAX_STEPS,
              "0 (never) or a step count", "50")
         need("seed", 0 <= self.seed <= MAX_SEED, f"from 0 to {MAX_SEED}", "0")
+        self._check_reward()
         for logger in self.log_to:
             if logger not in LOGGERS:
                 raise self._fail("log_to", f"names an unknown logger {logger!r}",
@@ -322,6 +328,20 @@ class RLConfig:
         if r["loss_agg"] == "constant" and self.max_completion_length < 1:
             raise self._fail("max_completion_length", "must be >= 1 for the constant "
                              "aggregation", "e.g. algo.max_completion_length = 1024")
+
+    def _check_reward(self) -> None:
+        """``data.reward`` is one of REWARDS or ``proxy:NAME`` of a registered proxy."""
+        from tackroom.train.rewards import PREFIX, PROXIES, is_proxy
+
+        allowed = ", ".join([*REWARDS, *(f"{PREFIX}{n}" for n in sorted(PROXIES))])
+        if is_proxy(self.reward):
+            if self.reward[len(PREFIX):] not in PROXIES:
+                raise self._fail("reward", "names no registered proxy reward",
+                                 f"use one of: {allowed}")
+        elif self.reward not in REWARDS:
+            close = difflib.get_close_matches(str(self.reward), allowed.split(", "), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise self._fail("reward", f"is not allowed{hint}", f"use one of: {allowed}")
 
     def _check_rollout_backend(self) -> None:
         """``rollout.backend``, ``base_url`` and ``max_staleness`` fit together."""
@@ -475,7 +495,7 @@ _OPTIONAL = {n for n, f in _FIELDS.items() if "None" in str(f.type)}
 _FLOATS = {"epsilon", "epsilon_low", "epsilon_high", "beta", "std_eps", "gamma", "lam",
            "value_coef", "value_clip", "lora_dropout", "lr", "weight_decay", "adam_beta1",
            "adam_beta2", "max_grad_norm", "min_lr_ratio", "temperature", "top_p"}
-_BOOLS = {"scale_std", "lora", "kl_ratio_correction"}
+_BOOLS = {"scale_std", "lora", "kl_ratio_correction", "verifier"}
 _LISTS = {"tasks", "harnesses", "eval_harnesses", "eval_tasks", "runs", "log_to"}
 _STR_OR_LIST = {"lora_target_modules"}
 _INTS = {n for n, f in _FIELDS.items()

@@ -131,7 +131,7 @@ def export_groups(store: RecordStore, out_dir: str | Path, cfg: RLConfig | None 
     if not episodes:
         raise ConfigError("no scored episodes match the selection", "export-groups",
                           "check the run ids (`tackroom runs`) and the filters")
-    adv = advantages_from_config([episode_sample(e, cfg.reward) for e in episodes], cfg)
+    adv = advantages_from_config([episode_sample(e, cfg.reward, cfg.verifier) for e in episodes], cfg)
     tools: dict[tuple[str, str], Any] = {}
     verl_rows: list[dict[str, Any]] = []
     trl_rows: list[dict[str, Any]] = []
@@ -148,7 +148,7 @@ def export_groups(store: RecordStore, out_dir: str | Path, cfg: RLConfig | None 
             offered = json.dumps(episode_tools(ep, tools[key], turn.index) or [])
             common = {"run_id": ep.run_id, "episode_id": ep.episode_id, "task": ep.task,
                       "harness": ep.harness, "seed": int(ep.seed), "turn": int(turn.index),
-                      "group": group, "reward": episode_reward(ep, cfg.reward),
+                      "group": group, "reward": episode_reward(ep, cfg.reward, cfg.verifier),
                       "advantage": float(adv.values[k])}
             verl_rows.append({
                 "data_source": f"tackroom/{ep.suite}", "prompt": prompt, "ability": "agent",

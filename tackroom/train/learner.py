@@ -176,13 +176,13 @@ class Learner:
         for row, e in enumerate(eps):
             turns = sorted(by_episode[e], key=lambda s: s.turn)
             by_episode[e] = turns
-            r = turn_rewards(episodes[e], c.reward)
+            r = turn_rewards(episodes[e], c.reward, c.verifier)
             for j, s in enumerate(turns):
                 rewards[row, j] = r[s.turn] if s.turn < len(r) else 0.0
                 values[row, j] = float(s.value or 0.0)
                 mask[row, j] = True
             # The episode's return lands on its last trained turn.
-            rewards[row, len(turns) - 1] = episode_reward(episodes[e], c.reward)
+            rewards[row, len(turns) - 1] = episode_reward(episodes[e], c.reward, c.verifier)
         adv, ret = gae(rewards, values, mask, gamma=c.gamma, lam=c.lam)
         flat = adv[mask]
         mean, std = float(flat.mean()), float(flat.std()) if flat.numel() > 1 else 0.0

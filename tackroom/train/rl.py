@@ -61,6 +61,7 @@ from tackroom.suites import select_tasks
 from tackroom.train.config import RLConfig
 from tackroom.train.engine import TrainEngine, latest_checkpoint
 from tackroom.train.learner import Learner
+from tackroom.train.rewards import get_proxy, is_proxy
 from tackroom.train.samples import (
     TurnSample,
     episode_reward,
@@ -592,7 +593,7 @@ class _Trainer:
             eps = scored(batch)
             if not eps:
                 continue
-            advantages = advantages_from_config([episode_sample(e, c.reward) for e in eps],
+            advantages = advantages_from_config([episode_sample(e, c.reward, c.verifier) for e in eps],
                                                 c) if c.critic == "none" else None
             for k, ep in enumerate(eps):
                 index = len(episodes)
@@ -609,8 +610,16 @@ class _Trainer:
         if episodes:
             metrics["episodes"] = float(len(episodes))
             metrics["turns"] = float(len(samples))
-            metrics["reward_mean"] = sum(episode_reward(e, c.reward)
+            metrics["reward_mean"] = sum(episode_reward(e, c.reward, c.verifier)
                                          for e in episodes) / len(episodes)
+            if is_proxy(c.reward):
+                # The proxy's own score and the outcome shares, ungated, every step: what
+                # the tilt model (tackroom.analysis.tilt) is compared against.
+                proxy = get_proxy(c.reward)
+                metrics["proxy_reward_mean"] = sum(proxy(e) for e in episodes) / len(episodes)
+                labels = [proxy.outcome(e) for e in episodes]
+                for label in proxy.labels:
+                    metrics[f"outcome/{label}"] = labels.count(label) / len(labels)
             metrics["success"] = sum(e.outcome is Outcome.SUCCESS for e in episodes) \
                 / len(episodes)
             metrics["parse_error_rate"] = sum(bool(t.parse_error) for e in episodes

@@ -115,31 +115,45 @@ def scored(episodes: Iterable[Episode]) -> list[Episode]:
     return [ep for ep in episodes if ep.outcome is not Outcome.INFRA_ERROR]
 
 
-def episode_reward(ep: Episode, mode: str = "success") -> float:
-    """An episode's return: ``success`` — 1 if it succeeded, else 0; ``recorded`` — its reward.
+def episode_reward(ep: Episode, mode: str = "success", verifier: bool = False) -> float:
+    """An episode's return under ``data.reward = mode`` (and ``data.verifier``).
+
+    ``success`` — 1 if it succeeded, else 0; ``recorded`` — its reward;
+    ``proxy:NAME`` — the registered proxy reward r̂(episode)
+    (:mod:`tackroom.train.rewards`). With ``verifier`` the return is gated by
+    the outcome verifier, r = v(o)·r with v(o) = 1 iff the episode succeeded:
+    a proxy then pays nothing for a wrong outcome it scores highly.
 
     ``success`` is the default because it is what evaluation measures (solve
     rate), and because environments' own rewards can rank failures oddly: a
     MiniWoB-style task scores a wrong click −1 but an episode that ran out of
     turns on malformed replies 0, which would teach a policy to stop acting.
     """
+    from tackroom.train.rewards import get_proxy, is_proxy
+
     if mode == "recorded":
-        return float(ep.reward)
-    if mode == "success":
-        return 1.0 if ep.outcome is Outcome.SUCCESS else 0.0
-    raise ValueError(f"unknown reward {mode!r}; use success or recorded")
+        r = float(ep.reward)
+    elif mode == "success":
+        r = 1.0 if ep.outcome is Outcome.SUCCESS else 0.0
+    elif is_proxy(mode):
+        proxy = get_proxy(mode)
+        return proxy.gated(ep) if verifier else proxy(ep)
+    else:
+        raise ValueError(f"unknown reward {mode!r}; use success, recorded or proxy:NAME")
+    return r if not verifier or ep.outcome is Outcome.SUCCESS else 0.0
 
 
-def episode_sample(ep: Episode, mode: str = "success") -> Any:
+def episode_sample(ep: Episode, mode: str = "success", verifier: bool = False) -> Any:
     """The :class:`~tackroom.train.advantages.Sample` of ``ep``, its reward per ``mode``."""
     import dataclasses
 
     from tackroom.train.advantages import Sample
 
-    return dataclasses.replace(Sample.from_episode(ep), reward=episode_reward(ep, mode))
+    return dataclasses.replace(Sample.from_episode(ep),
+                               reward=episode_reward(ep, mode, verifier))
 
 
-def turn_rewards(ep: Episode, mode: str = "success") -> list[float]:
+def turn_rewards(ep: Episode, mode: str = "success", verifier: bool = False) -> list[float]:
     """Per-turn rewards for GAE: 0 on every turn but the last, which gets the episode's return.
 
     With ``recorded`` the turns keep their environment rewards and the last
@@ -148,7 +162,7 @@ def turn_rewards(ep: Episode, mode: str = "success") -> list[float]:
     """
     rewards = [float(t.reward) if mode == "recorded" else 0.0 for t in ep.turns]
     if rewards:
-        rewards[-1] = episode_reward(ep, mode)
+        rewards[-1] = episode_reward(ep, mode, verifier)
     return rewards
 
 
