@@ -24,27 +24,9 @@ import time
 from pathlib import Path
 
 import tackroom
+from tackroom.testing.harnesses import command_harness
 
-HARNESS = """name = "{name}"
-description = "Numbered element list; one text command per turn."
-[prompt]
-system = "You are a web agent. Act on an element by its reference number."
-[observation]
-renderer = "element_list"
-max_chars = 4000
-[actions]
-interface = "element_refs"
-parser = "commands"
-[loop]
-actions_per_turn = 1
-history = 1
-on_malformed = "feedback"
-on_action_error = "feedback"
-[budget]
-turns = {turns}
-wall_seconds = 60
-state_to_model = false
-"""
+SYSTEM = "You are a web agent. Act on an element by its reference number."
 HARNESSES = {"list-3turns": 3, "list-1turn": 1}
 TASKS = ["focus-text", "click-dialog"]
 
@@ -97,7 +79,9 @@ def main() -> None:
     (work / "harnesses").mkdir(parents=True)
     os.environ["TACKROOM_HARNESS_PATH"] = str(work / "harnesses")
     for name, turns in HARNESSES.items():
-        (work / "harnesses" / f"{name}.toml").write_text(HARNESS.format(name=name, turns=turns))
+        (work / "harnesses" / f"{name}.toml").write_text(command_harness(
+            name, description="Numbered element list; one text command per turn.",
+            turns=turns, max_chars=4000, system=SYSTEM))
     db = str(work / "runs.duckdb")
     hs = list(HARNESSES)
     t0 = time.perf_counter()

@@ -42,30 +42,15 @@ from typing import Any
 
 import tackroom
 from tackroom.core.errors import TackroomError
+from tackroom.testing.harnesses import command_harness
 
 EVAL_SEED_BASE = 1_000_000  # tackroom.train.rollouts.EVAL_SEED_BASE: never a training seed
 TASKS = ["click-button", "click-link"]
 HARNESS = "list-cmd"
-HARNESS_TOML = """name = "list-cmd"
-description = "Numbered element list; one text command per turn; one turn."
-[prompt]
-system = "You are a web agent. Act on an element by its reference number."
-[observation]
-renderer = "element_list"
-max_chars = 4000
-[actions]
-interface = "element_refs"
-parser = "commands"
-[loop]
-actions_per_turn = 1
-history = 1
-on_malformed = "feedback"
-on_action_error = "feedback"
-[budget]
-turns = 1
-wall_seconds = 60
-state_to_model = false
-"""
+# Numbered element list; one text command per turn; one turn (tackroom.testing.harnesses).
+HARNESS_TOML = command_harness(
+    HARNESS, description="Numbered element list; one text command per turn; one turn.",
+    turns=1, max_chars=4000, system="You are a web agent. Act on an element by its reference number.")
 MAX_TOKENS = 16
 #: The per-instance group key: the advantage compares the G samples of one (task, seed),
 #: the context the tilt is taken in.
