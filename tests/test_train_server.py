@@ -183,9 +183,17 @@ def test_async_run_records_versions_within_the_staleness_bound(env, server, tmp_
     assert all(s["recorded_logprobs"] == 1.0 for s in steps)
     # Importance ratios use the recorded (stale) log-probs, not recomputed ones: the
     # first batch is on-policy, the later ones one update behind (measured: kl_old
-    # 1e-10, then 2e-3 and 5e-5; recomputing would give ~1e-10 throughout).
-    assert steps[0]["kl_old"] < 1e-6
-    assert all(s["kl_old"] > 1e-7 for s in steps[1:]), [s["kl_old"] for s in steps]
+    # 1e-10, then 2e-3 and 5e-5; recomputing would give ~1e-10 throughout). A batch is
+    # behind only if the update before it moved the weights: Adam moves them from the
+    # first step with a non-zero gradient on (a batch whose groups all tied has none;
+    # which batches tie depends on how the server happened to batch the sampling).
+    assert abs(steps[0]["kl_old"]) < 1e-6
+    for i in range(1, STEPS):
+        moved = any(s["grad_norm"] > 0 for s in steps[:i])
+        if moved:
+            assert steps[i]["kl_old"] > 1e-7, [(s["kl_old"], s["grad_norm"]) for s in steps]
+        else:
+            assert abs(steps[i]["kl_old"]) < 1e-6, [(s["kl_old"], s["grad_norm"]) for s in steps]
     assert list(server.served) == [server.model_name]
 
 
