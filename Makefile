@@ -32,10 +32,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch==2.13.0 is pinned first: it is the CPU wheel; an unpinned torch pulls a CUDA build
 	$(PY) -m pip install -q 'torch==2.13.0'
-	$(PY) -m pip install -q -e '.[web,dev,train]'
+	$(PY) -m pip install -q -e '.[web,dev,train,delegation,robot]'
 	touch $(STAMP)
 
 setup: system $(STAMP)
+	@# three.js for the robot suite's browser view, from npm into ~/.cache/tackroom/npm (once)
+	@if command -v npm >/dev/null; then $(PY) -m tackroom.suites.robot.web.assets >/dev/null; \
+	else echo "npm not found: the robot suite's 3D view needs it (apt-get install nodejs npm)"; fi
 
 ## the main job on embedded defaults: the bundled policy and the experts across the shipped
 ## MiniWoB++ harnesses, then the ceiling/mismatch table and the HTML report

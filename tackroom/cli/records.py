@@ -13,6 +13,7 @@ from rich.table import Table
 from tackroom.app.runs import open_store, resolve_run
 from tackroom.cli.common import DEFAULT_DB, DbOpt, console
 from tackroom.core.errors import ConfigError
+from tackroom.harness.content import text_of
 
 
 def runs_cmd(db: DbOpt = DEFAULT_DB,
@@ -76,6 +77,20 @@ def show_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")],
     _replay(ep, full)
 
 
+def _image_note(part: dict) -> str:
+    """An image part as one line: its size and, when stored, its file (images are not
+    printed; a stored screenshot lives in the store's ``blobs/`` folder)."""
+    import base64
+    import hashlib
+
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else image
+    if not isinstance(url, str) or not url.startswith("data:"):
+        return f"[image {url}]"
+    data = base64.b64decode(url.split(",", 1)[-1], validate=False)
+    return f"[image {len(data) // 1024} kB, sha256 {hashlib.sha256(data).hexdigest()[:12]}]"
+
+
 def _replay(ep, full: bool) -> None:
     from rich.panel import Panel
 
@@ -91,7 +106,7 @@ def _replay(ep, full: bool) -> None:
         msgs = t.messages if full else t.messages[-1:]
         body = []
         for m in msgs:
-            content = m.get("content") or ""
+            content = text_of(m.get("content"), image=_image_note)
             if m.get("tool_calls"):
                 content += "\n" + json.dumps(m["tool_calls"])
             body.append(f"[cyan]{escape(str(m['role']))}[/cyan]: {escape(content)}")

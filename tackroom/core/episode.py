@@ -43,6 +43,10 @@ class Turn:
         observation: the rendered observation that followed the actions.
         reward: environment reward after this turn.
         t_policy / t_env / t_harness: seconds spent in each phase.
+        delegation: the decision points of this turn, their choice sets, the decision
+            model's p_D and τ_c, who acted (``"decision"`` or ``"llm"``) and what the LLM
+            call it replaced would have cost (see :mod:`tackroom.harness.delegation`);
+            ``None`` under a harness without a ``[delegation]`` slot.
     """
 
     index: int
@@ -63,6 +67,7 @@ class Turn:
     t_policy: float = 0.0
     t_env: float = 0.0
     t_harness: float = 0.0
+    delegation: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -15,7 +15,7 @@ from tackroom.core.actions import Action
 from tackroom.core.observation import Observation
 
 #: Capabilities a task may require and a harness's action interface may offer.
-CAPABILITIES = ("click", "type", "press", "drag", "scroll", "shell", "edit", "submit")
+CAPABILITIES = ("click", "type", "press", "drag", "scroll", "shell", "edit", "submit", "robot")
 
 
 @dataclass(frozen=True)

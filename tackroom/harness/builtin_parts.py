@@ -1,7 +1,7 @@
 """The built-in harness parts: every renderer, action interface and output parser tackroom ships.
 
 The modules that implement the parts (``renderers``, ``interfaces``,
-``parsers``, ``shell``, ``coding``) only define them; this table names them,
+``parsers``, ``shell``, ``coding``, ``robot_vision``) only define them; this table names them,
 and :mod:`tackroom.harness.registry` starts its tables from it. So the
 dependencies run one way: implementations → this table → registry → specs,
 sessions and user code.
@@ -9,7 +9,7 @@ sessions and user code.
 
 from __future__ import annotations
 
-from tackroom.harness import coding, interfaces, parsers, renderers, shell
+from tackroom.harness import coding, interfaces, parsers, renderers, robot, robot_vision, shell
 
 #: ``name -> fn(observation, options) -> str``
 RENDERERS = {
@@ -20,6 +20,10 @@ RENDERERS = {
     # repositories, terminals
     "code": coding.render_code,
     "terminal": shell.render_terminal,
+    # the robot's 3D view (images)
+    "robot_screenshot": robot_vision.render_robot_screenshot,
+    # the robot simulator's state as JSON
+    "robot_state": robot.render_robot_state,
 }
 
 #: Action interfaces, each registered under its ``name``.
@@ -33,6 +37,8 @@ INTERFACES: tuple[interfaces.ActionInterface, ...] = (
     coding.CodeToolsInterface(),
     shell.ShellCommandInterface(),
     shell.TerminalKeysInterface(),
+    robot.RobotCommandInterface(),
+    robot.RobotControllerInterface(),
 )
 
 #: Output parsers, each registered under its ``name``.
@@ -45,4 +51,5 @@ PARSERS: tuple[parsers.OutputParser, ...] = (
     coding.CodeBlockParser(),
     shell.BashBlockParser(),
     shell.TerminalToolParser(),
+    robot.RobotScriptParser(),
 )

@@ -15,10 +15,14 @@ from typing import Any
 from tackroom.core.actions import Action
 from tackroom.core.observation import Observation
 from tackroom.core.policy import PolicyResponse
+from tackroom.harness.content import merge_text, parts_of, text_part
 from tackroom.harness.interfaces import ActionInterface, Call, CallError
 from tackroom.harness.parsers import OutputParser, ParseError
 from tackroom.harness.registry import RENDERERS
 from tackroom.harness.spec import HarnessSpec
+
+#: Stands for ``{observation}`` while a template is formatted around content parts.
+_SLOT = "\x00tackroom-observation\x00"
 
 
 @dataclass
@@ -55,7 +59,8 @@ class HarnessSession:
         self.per_turn = int(spec.loop["actions_per_turn"])
         self._system = self._system_prompt()
         # users[k] is the k-th user turn (observation + feedback); exchanges[k] answers it.
-        self._users: list[str] = []
+        # A user turn is a string, or content parts when the renderer showed images.
+        self._users: list[str | list[dict[str, Any]]] = []
         self._exchanges: list[_Exchange] = []
 
     # -- prompt --------------------------------------------------------------------------
@@ -76,7 +81,8 @@ class HarnessSession:
         return self._tools
 
     def render(self, obs: Observation) -> str:
-        """The observation as this harness shows it."""
+        """The observation as this harness shows it: text, or text with images
+        (a :class:`~tackroom.harness.content.RenderedParts`, or a list of content parts)."""
         return self._render(obs, self._render_opts)
 
     def budget_line(self, turn: int, tokens_used: int, seconds_left: float | None) -> str:
@@ -91,16 +97,31 @@ class HarnessSession:
             parts.append(f"{max(0.0, seconds_left):.0f} s left")
         return "\n\nBudget: " + "; ".join(parts) + "."
 
-    def add_observation(self, rendered: str, feedback: str | None, budget: str) -> None:
-        """Append the next user turn (the first one carries the task)."""
+    def add_observation(self, rendered: str | list[dict[str, Any]], feedback: str | None,
+                        budget: str) -> None:
+        """Append the next user turn (the first one carries the task).
+
+        When ``rendered`` has content parts (images), the turn's content is a list of
+        parts: the template's text around ``{observation}`` as text parts, the
+        observation's parts in its place.
+        """
+        parts = parts_of(rendered)
+        fields: dict[str, Any] = {"instruction": self.instruction, "budget": budget,
+                                  "observation": _SLOT if parts is not None else rendered}
         if not self._users:
-            text = self.spec.prompt["first_turn"].format(
-                instruction=self.instruction, observation=rendered, budget=budget)
+            text = self.spec.prompt["first_turn"].format(**fields)
         else:
             fb = f"{feedback.strip()}\n\n" if feedback else ""
-            text = self.spec.prompt["next_turn"].format(
-                instruction=self.instruction, observation=rendered, budget=budget, feedback=fb)
-        self._users.append(text)
+            text = self.spec.prompt["next_turn"].format(**fields, feedback=fb)
+        if parts is None:
+            self._users.append(text)
+            return
+        pieces = text.split(_SLOT)
+        content: list[dict[str, Any]] = [text_part(pieces[0])]
+        for piece in pieces[1:]:
+            content.extend(parts)
+            content.append(text_part(piece))
+        self._users.append(merge_text(content))
 
     def messages(self) -> list[dict[str, Any]]:
         """The conversation for the next model call, cut to the history window."""
@@ -111,8 +132,9 @@ class HarnessSession:
             content = self._users[k]
             if k == first and k > 0:
                 # The task line must survive the window; older turns are summarised.
-                content = (f"Task: {self.instruction}\n({k} earlier turn(s) omitted)\n\n"
-                           + content)
+                head = f"Task: {self.instruction}\n({k} earlier turn(s) omitted)\n\n"
+                content = (head + content if isinstance(content, str)
+                           else merge_text([text_part(head), *content]))
             msgs.append({"role": "user", "content": content})
             if k < len(self._exchanges):
                 ex = self._exchanges[k]

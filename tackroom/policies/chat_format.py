@@ -37,6 +37,11 @@ the tokens a model wrote (its ``<|im_end|>`` included) — what training needs.
 Tool-call arguments are written as given when they are a string (OpenAI's
 convention: the raw JSON the model wrote, malformed or not), and as JSON when
 they are an object, so re-rendering a recorded reply reproduces it.
+
+tackroom's local models read text only: every prompt is rendered from
+:func:`text_only` messages, where an image part (a robot screenshot) is the text
+``[image]`` — at inference (``HFPolicy``, ``tackroom serve``) and in training alike,
+so the tokens a model is trained on are the tokens it was given.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.policy import ToolCall
+from tackroom.harness.content import IMAGE_PLACEHOLDER, text_only  # noqa: F401 - re-exported
 
 PAD = "<|endoftext|>"
 IM_START = "<|im_start|>"

@@ -59,6 +59,7 @@ from tackroom.policies.chat_format import (
     no_progress_bars,
     parse_tool_calls,
     read_model_card,
+    text_only,
 )
 from tackroom.policies.kv import cache_kwarg, cache_of
 from tackroom.policies.options import construct
@@ -397,7 +398,8 @@ class HFPolicy:
                    add_generation_prompt: bool = True) -> list[int]:
         """The token ids the model sees for ``messages`` (chat template, generation prompt)."""
         ids = self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
+            text_only(messages), tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
             tokenize=True, return_dict=False)
         if ids and isinstance(ids[0], list):  # a batch of one
             ids = ids[0]

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from tackroom.core.episode import Episode, Turn
 from tackroom.core.errors import ConfigError
+from tackroom.records.blobs import REF_SCHEME, BlobStore
 from tackroom.records.rows import full_messages, to_json
 from tackroom.records.store import RecordStore
 
@@ -160,7 +161,8 @@ _TURN_STRUCT = """struct_pack(
     t_policy := t.t_policy,
     t_env := t.t_env,
     t_harness := t.t_harness,
-    messages_from := t.messages_from)"""
+    messages_from := t.messages_from,
+    delegation := CAST(t.delegation AS VARCHAR))"""
 
 # ``k``: the (run_id, episode_id) records of one batch, from two parallel lists.
 _PARQUET_SQL = f"""
@@ -205,7 +207,8 @@ def export_parquet(store: RecordStore, run_id: str | None, path: str | Path, *,
         for start in range(0, max(len(keys), 1), batch_size):
             chunk = keys[start:start + batch_size]
             table = _whole_messages(
-                store.arrow(_PARQUET_SQL, [[k[0] for k in chunk], [k[1] for k in chunk]]))
+                store.arrow(_PARQUET_SQL, [[k[0] for k in chunk], [k[1] for k in chunk]]),
+                store.blobs)
             if schema is None:
                 schema = _parquet_schema(table.schema)
                 writer = pq.ParquetWriter(tmp, schema)
@@ -225,12 +228,13 @@ def export_parquet(store: RecordStore, run_id: str | None, path: str | Path, *,
     return n
 
 
-def _whole_messages(table: pa.Table) -> pa.Table:
+def _whole_messages(table: pa.Table, blobs: BlobStore | None = None) -> pa.Table:
     """Each turn's ``messages`` as the whole list it saw, not the stored delta.
 
-    The stored text is kept as it is where it is the whole list; a rebuilt
-    list is written by the same JSON encoder that wrote the stored text, so
-    the export reads exactly as it did when every turn stored its list.
+    The stored text is kept as it is where it is the whole list (and names no
+    stored image); a rebuilt list is written by the same JSON encoder that wrote
+    the stored text, so the export reads exactly as it did when every turn
+    stored its list. Images come back as the ``data:`` URLs the model was sent.
     """
     column = table.schema.field("turns").type.value_type
     turn_type = pa.struct([f for f in column if f.name != "messages_from"])
@@ -239,8 +243,8 @@ def _whole_messages(table: pa.Table) -> pa.Table:
         rows = [{"idx": t["index"], "messages": t["messages"],
                  "messages_from": t.pop("messages_from"), "episode_id": episode_id}
                 for t in turns]
-        for t, row, full in zip(turns, rows, full_messages(rows), strict=True):
-            if row["messages_from"] is not None:
+        for t, row, full in zip(turns, rows, full_messages(rows, blobs), strict=True):
+            if row["messages_from"] is not None or REF_SCHEME in (t["messages"] or ""):
                 t["messages"] = to_json(full)
     return table.set_column(table.schema.get_field_index("turns"), "turns",
                             pa.array(episodes, type=pa.list_(turn_type)))
@@ -415,6 +419,7 @@ def episode_to_atif(ep: Episode) -> dict[str, Any]:
             "t_policy": turn.t_policy,
             "t_env": turn.t_env,
             "t_harness": turn.t_harness,
+            "delegation": turn.delegation,
         })
         add({
             "timestamp": _iso(start + elapsed) if start else None,

@@ -20,6 +20,8 @@ import duckdb
 import pyarrow as pa
 
 from tackroom.core.episode import Episode, Outcome, Turn
+from tackroom.harness.content import text_of
+from tackroom.records.blobs import BlobStore, externalize, resolve
 from tackroom.records.deltas import decode, encode
 from tackroom.records.schema import (
     DERIVED_EPISODE_FIELDS,
@@ -142,17 +144,21 @@ def episode_row(ep: Episode, now: float) -> dict[str, Any]:
     }
 
 
-def turn_rows(ep: Episode) -> list[dict[str, Any]]:
+def turn_rows(ep: Episode, blobs: BlobStore | None = None) -> list[dict[str, Any]]:
     """The ``turns`` rows of ``ep`` (scrubbed), each turn's messages stored as a
-    delta of the turn before (:mod:`tackroom.records.deltas`)."""
+    delta of the turn before (:mod:`tackroom.records.deltas`). With ``blobs``, images
+    in the messages are written there and referenced (:mod:`tackroom.records.blobs`)."""
     rows: list[dict[str, Any]] = []
     base: Turn | None = None
+    base_messages: list[Any] = []
+    memo: dict[int, Any] = {}
     for turn in sorted(ep.turns, key=lambda t: t.index):
-        delta = None if base is None else encode(base.messages, turn.messages)
+        messages = turn.messages if blobs is None else externalize(turn.messages, blobs, memo)
+        delta = None if base is None else encode(base_messages, messages)
         rows.append(_turn_row(ep.run_id, ep.episode_id, turn,
-                              turn.messages if delta is None else delta,
+                              messages if delta is None else delta,
                               None if delta is None else base.index))
-        base = turn
+        base, base_messages = turn, messages
     return rows
 
 
@@ -170,7 +176,7 @@ def _turn_row(run_id: str, episode_id: str, turn: Turn, messages: list[Any],
         "feedback": scrubbed_text(turn.feedback),
         "actions": scrubbed_json(turn.actions),
         "action_error": scrubbed_text(turn.action_error),
-        "observation": scrubbed_text(turn.observation),
+        "observation": scrubbed_text(_observation_text(turn.observation)),
         "reward": float(turn.reward),
         "prompt_tokens": int(turn.prompt_tokens),
         "completion_tokens": int(turn.completion_tokens),
@@ -180,7 +186,13 @@ def _turn_row(run_id: str, episode_id: str, turn: Turn, messages: list[Any],
         "t_policy": float(turn.t_policy),
         "t_env": float(turn.t_env),
         "t_harness": float(turn.t_harness),
+        "delegation": None if turn.delegation is None else scrubbed_json(turn.delegation),
     }
+
+
+def _observation_text(obs: Any) -> str | None:
+    """A turn's observation as text: content parts (images) as their text form."""
+    return text_of(obs) if isinstance(obs, list) else obs
 
 
 def _token_ids(ids: list[int] | None) -> list[int] | None:
@@ -205,14 +217,17 @@ def loads(value: Any, default: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def full_messages(rows: Iterable[Mapping[str, Any]]) -> Iterator[list[Any]]:
+def full_messages(rows: Iterable[Mapping[str, Any]],
+                  blobs: BlobStore | None = None) -> Iterator[list[Any]]:
     """The whole message list of each of one episode's ``turns`` rows, in index order.
 
     A row's ``messages`` is the list itself when ``messages_from`` is ``NULL``
     (the first turn, and rows of stores before schema version 5), else a delta
-    of turn ``messages_from``'s messages.
+    of turn ``messages_from``'s messages. With ``blobs``, stored image references
+    come back as the ``data:`` URLs the model was sent.
     """
     seen: dict[int, list[Any]] = {}
+    memo: dict[int, Any] = {}
     for row in rows:
         stored = loads(row["messages"], [])
         base = row.get("messages_from")
@@ -224,13 +239,15 @@ def full_messages(rows: Iterable[Mapping[str, Any]]) -> Iterator[list[Any]]:
             raise ValueError(f"turn {row['idx']} of episode {row['episode_id']!r} is stored "
                              f"as a delta of turn {base}, which is missing")
         seen[row["idx"]] = full
-        yield full
+        yield full if blobs is None else resolve(full, blobs, memo)
 
 
-def turns_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[Turn]:
-    """The :class:`Turn` objects of one episode's ``turns`` rows (in index order)."""
-    return [_turn_from_row(row, messages) for row, messages in zip(rows, full_messages(rows),
-                                                                    strict=True)]
+def turns_from_rows(rows: Sequence[Mapping[str, Any]],
+                    blobs: BlobStore | None = None) -> list[Turn]:
+    """The :class:`Turn` objects of one episode's ``turns`` rows (in index order);
+    ``blobs`` resolves stored image references (:func:`full_messages`)."""
+    return [_turn_from_row(row, messages)
+            for row, messages in zip(rows, full_messages(rows, blobs), strict=True)]
 
 
 def _turn_from_row(row: Mapping[str, Any], messages: list[Any]) -> Turn:
@@ -253,6 +270,7 @@ def _turn_from_row(row: Mapping[str, Any], messages: list[Any]) -> Turn:
         t_policy=row["t_policy"],
         t_env=row["t_env"],
         t_harness=row["t_harness"],
+        delegation=loads(row.get("delegation"), None),
     )
 
 

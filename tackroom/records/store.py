@@ -32,6 +32,10 @@ queue first (:meth:`~RecordStore.load_episodes` reads committed records).
 
 Secrets never reach the file: every text and JSON value is scrubbed on the
 way in (:mod:`tackroom.records.secrets`).
+
+Images in messages (screenshots) are not stored inline: each is a file
+``<store dir>/blobs/<sha256>.<ext>`` that the stored message references, and
+reading resolves the references again (:mod:`tackroom.records.blobs`).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ import pyarrow as pa
 
 from tackroom.core.episode import Episode, Outcome, Turn
 from tackroom.core.errors import RecordStoreError
+from tackroom.records.blobs import BlobStore, blob_dir
 from tackroom.records.paths import DEFAULT_PATH, default_db
 from tackroom.records.rows import (
     arrow_table,
@@ -161,6 +166,9 @@ class RecordStore:
                  read_only: bool = False) -> None:
         self.path = Path(path or default_db())
         self.read_only = read_only
+        #: Images of the stored messages, one file each beside the store
+        #: (:mod:`tackroom.records.blobs`).
+        self.blobs = BlobStore(blob_dir(self.path))
         self.commit_interval = max(0.0, float(commit_interval))
         #: Most episodes queued before a commit is forced.
         self.max_pending = 512
@@ -404,7 +412,7 @@ class RecordStore:
         now = time.time()
         # Convert (and so validate) here, in the caller's thread, so that bad
         # data fails this call rather than a later background commit.
-        rows = [(episode_row(ep, now), turn_rows(ep)) for ep in episodes]
+        rows = [(episode_row(ep, now), turn_rows(ep, self.blobs)) for ep in episodes]
         with self._cond:
             if self._closing:
                 self._db()  # raises: closed
@@ -660,7 +668,7 @@ class RecordStore:
             row = fetch_dicts(self._db().execute(
                 "SELECT * FROM episodes WHERE run_id = ? AND episode_id = ?", [rid, full]))[0]
             turns = self._turn_rows([(rid, full)])
-        return episode_from_row(row, turns_from_rows(turns))
+        return episode_from_row(row, turns_from_rows(turns, self.blobs))
 
     def turns(self, episode_id: str, run_id: str | None = None) -> list[Turn]:
         """The turns of one episode (id or unique prefix), in order.
@@ -669,7 +677,7 @@ class RecordStore:
         """
         with self._db_lock:
             full, rid = self._resolve(episode_id, run_id)
-            return turns_from_rows(self._turn_rows([(rid, full)]))
+            return turns_from_rows(self._turn_rows([(rid, full)]), self.blobs)
 
     def iter_episodes(self, run_id: str | None = None, *, batch_size: int = 256,
                       **filters: Any) -> Iterator[Episode]:
@@ -709,7 +717,7 @@ class RecordStore:
                 by_episode.setdefault((t["run_id"], t["episode_id"]), []).append(t)
             for r in chunk:
                 yield episode_from_row(r, turns_from_rows(
-                    by_episode.get((r["run_id"], r["episode_id"]), [])))
+                    by_episode.get((r["run_id"], r["episode_id"]), []), self.blobs))
 
     def _turn_rows(self, keys: list[tuple[str, str]]) -> list[dict[str, Any]]:
         """Turn rows of the ``(run_id, episode_id)`` records, by record then index."""

@@ -112,6 +112,7 @@ details.msgs > summary, details.old > summary { cursor: pointer; font-size: 12px
 .msg .role { font-size: 11px; font-weight: 650; text-transform: uppercase; letter-spacing: .04em; color: var(--muted); }
 .msg.system { border-left-color: #a5b4fc; } .msg.user { border-left-color: #93c5fd; }
 .msg.assistant { border-left-color: #86efac; } .msg.tool { border-left-color: #fcd34d; }
+.msg img.shot { display: block; max-width: 100%; height: auto; margin: 4px 0; border: 1px solid var(--line); }
 .tiny { font-size: 11px; color: var(--muted); }
 footer { color: var(--muted); font-size: 12px; text-align: center; margin: 30px 0; }
 @media (max-width: 900px) { .browser { grid-template-columns: 1fr; } }
@@ -256,8 +257,21 @@ JS = r"""
   function msgEl(msg) {
     var role = String(msg.role || "?");
     var kids = [h("div", { class: "role", text: role + (msg.name ? " · " + msg.name : "") + (msg.tool_call_id ? " · " + msg.tool_call_id : "") })];
-    var text = contentText(msg.content);
-    if (text) kids.push(h("pre", { text: text }));
+    var c = msg.content;
+    var imgs = IDX.image_urls || [];
+    if (Array.isArray(c) && c.some(function (p) { return p && p.img != null; })) {
+      // Text parts as text, embedded images (screenshots) as images, in their order.
+      var buf = [];
+      var flush = function () { if (buf.length) { kids.push(h("pre", { text: buf.join("") })); buf = []; } };
+      c.forEach(function (p) {
+        if (p && p.img != null && imgs[p.img]) { flush(); kids.push(h("img", { class: "shot", src: imgs[p.img], alt: "image shown to the model" })); }
+        else buf.push(contentText([p]));
+      });
+      flush();
+    } else {
+      var text = contentText(c);
+      if (text) kids.push(h("pre", { text: text }));
+    }
     if (msg.tool_calls && msg.tool_calls.length) kids.push(h("pre", { text: toolCallsText(msg.tool_calls) }));
     return h("div", { class: "msg " + role.replace(/[^a-z_]/gi, "") }, kids);
   }

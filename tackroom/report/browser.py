@@ -5,7 +5,9 @@
 recorded episode, superseded attempts included, with lookup tables for the
 repeated names) and the *turns* of at most ``limit`` episodes, a spread over
 every (policy, harness, task, outcome) group. Message content is slimmed:
-images are replaced by a note, long strings are cut at :data:`MAX_TEXT`.
+long strings are cut at :data:`MAX_TEXT`; images (robot screenshots) are embedded
+as ``data:`` URLs — the report stays one self-contained file — until
+:data:`MAX_IMAGE_BYTES` of them are, and replaced by a note after that.
 """
 
 from __future__ import annotations
@@ -24,6 +26,37 @@ __all__ = ["browser_data", "MAX_TEXT", "MAX_LIST_ERROR"]
 MAX_TEXT = 20_000
 #: Longest error text kept per row of the episode list.
 MAX_LIST_ERROR = 300
+#: Most bytes of images (as data URLs) embedded in one report, and in one image.
+MAX_IMAGE_BYTES = 48 * 2**20
+MAX_ONE_IMAGE = 4 * 2**20
+
+
+_RASTER = tuple(f"data:image/{t};base64," for t in ("png", "jpeg", "webp", "gif"))
+
+
+class _Images:
+    """The report's images: each distinct data URL embedded once (a history window
+    shows the same screenshot on several turns), while the budget lasts."""
+
+    def __init__(self, budget: int = MAX_IMAGE_BYTES) -> None:
+        self.left = budget
+        self.urls: list[str] = []
+        self._index: dict[str, int] = {}
+        self.omitted = 0
+
+    def embed(self, url: Any) -> int | None:
+        """The image's index in :attr:`urls` (``None``: not embedded)."""
+        if not (isinstance(url, str) and url.startswith(_RASTER)):
+            return None  # raster images only (no SVG: nothing in the report is active)
+        if url in self._index:
+            return self._index[url]
+        if len(url) > MAX_ONE_IMAGE or len(url) > self.left:
+            self.omitted += 1
+            return None
+        self.left -= len(url)
+        self._index[url] = len(self.urls)
+        self.urls.append(url)
+        return self._index[url]
 
 
 def _cut(text: Any, limit: int = MAX_TEXT) -> Any:
@@ -32,31 +65,38 @@ def _cut(text: Any, limit: int = MAX_TEXT) -> Any:
     return text[:limit] + f"\n… [{len(text) - limit} more characters not embedded]"
 
 
-def _slim(obj: Any) -> Any:
-    """Message content without images and with long strings cut."""
+def _slim(obj: Any, images: _Images | None = None) -> Any:
+    """Message content with long strings cut, and images embedded while ``images``
+    has budget left (else, or without ``images``, a note in their place)."""
     if isinstance(obj, str):
         return _cut(obj)
     if isinstance(obj, list):
-        return [_slim(v) for v in obj]
+        return [_slim(v, images) for v in obj]
     if isinstance(obj, dict):
         kind = obj.get("type")
         if kind in ("image_url", "input_image", "image"):
             url = obj.get("image_url")
             url = url.get("url") if isinstance(url, dict) else url
+            k = images.embed(url) if images is not None else None
+            if k is not None:
+                return {"type": kind, "img": k}
             size = len(url) if isinstance(url, str) else 0
-            return {"type": kind, "omitted": f"image, {size // 1024} kB, not embedded"}
-        return {k: _slim(v) for k, v in obj.items()}
+            why = ("stored image missing" if isinstance(url, str)
+                   and url.startswith("tackroom-blob:") else "not embedded")
+            return {"type": kind, "omitted": f"image, {size // 1024} kB, {why}"}
+        return {k: _slim(v, images) for k, v in obj.items()}
     return obj
 
 
-def _turn_json(t: Turn, prev: list[dict[str, Any]]) -> dict[str, Any]:
+def _turn_json(t: Turn, prev: list[dict[str, Any]], images: _Images | None = None
+               ) -> dict[str, Any]:
     msgs = t.messages or []
     keep = 0
     for a, b in zip(prev, msgs, strict=False):
         if a != b:
             break
         keep += 1
-    d: dict[str, Any] = {"k": keep, "m": [_slim(m) for m in msgs[keep:]],
+    d: dict[str, Any] = {"k": keep, "m": [_slim(m, images) for m in msgs[keep:]],
                          "raw": _cut(t.raw_text), "r": _num(t.reward)}
     if t.tool_calls:
         d["tc"] = _slim(t.tool_calls)
@@ -81,10 +121,10 @@ def _turn_json(t: Turn, prev: list[dict[str, Any]]) -> dict[str, Any]:
     return d
 
 
-def _episode_json(ep: Episode) -> dict[str, Any]:
+def _episode_json(ep: Episode, images: _Images | None = None) -> dict[str, Any]:
     turns, prev = [], []
     for t in ep.turns:
-        turns.append(_turn_json(t, prev))
+        turns.append(_turn_json(t, prev, images))
         prev = t.messages or []
     return {"instruction": _cut(ep.instruction), "error": _cut(ep.error), "turns": turns}
 
@@ -160,8 +200,13 @@ def browser_data(store: Any, view: ReportView, limit: int
     by_run: dict[str, list[str]] = defaultdict(list)
     for i in sorted(embedded):
         by_run[rows[i]["run_id"]].append(rows[i]["episode_id"])
+    images = _Images()
     for rid, ids in by_run.items():
         for ep in store.iter_episodes(rid, episode_id=ids):
-            turns[f"{rid}/{ep.episode_id}"] = _episode_json(ep)
+            turns[f"{rid}/{ep.episode_id}"] = _episode_json(ep, images)
+    # The data URLs that embedded image parts ({"img": k}) point to, and how many
+    # images were left out for the budget.
+    index["image_urls"] = images.urls
+    index["images"] = [len(images.urls), images.omitted]
     return index, turns
 

@@ -47,7 +47,7 @@ from typing import Any
 from tackroom.core.episode import Outcome
 from tackroom.report import plots
 from tackroom.report.assets import CSS, JS
-from tackroom.report.browser import browser_data
+from tackroom.report.browser import MAX_IMAGE_BYTES, browser_data
 from tackroom.report.plots import esc, pct
 from tackroom.report.plots import pp as _pp
 from tackroom.report.view import OUTCOMES, ReportView, report_data, report_view
@@ -713,6 +713,12 @@ def _section_browser(d: Mapping[str, Any], index: Mapping[str, Any]) -> str:
             f"{index['limit']:,}), spread over every (policy, harness, task, outcome) group; "
             "the others are listed, greyed, with their summary only (see them with "
             "`tackroom show RUN EPISODE`). All numbers above use every episode."))
+    shown, cut = index.get("images", [0, 0])
+    if cut:
+        out.append(_note(
+            f"{shown:,} images are embedded; {cut:,} more are not (the report embeds at most "
+            f"{MAX_IMAGE_BYTES // 2**20} MB of images). See them with `tackroom show` or in "
+            "the store's blobs/ folder."))
     out.append('<div id="browser"></div><noscript><p class="note">The episode browser needs '
                "JavaScript.</p></noscript></section>")
     return "".join(out)

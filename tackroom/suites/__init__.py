@@ -21,6 +21,7 @@ SUITES: dict[str, str] = {
     "miniwob": "tackroom.suites.miniwob",
     "terminal": "tackroom.suites.terminal",
     "code": "tackroom.suites.code",
+    "robot": "tackroom.suites.robot",
 }
 
 

@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from tackroom.core.episode import Episode, Turn
 from tackroom.core.errors import ConfigError
+from tackroom.harness.content import text_of
 from tackroom.policies.chat_format import format_tool_call
 from tackroom.records.store import RecordStore
 from tackroom.train.config import RLConfig
@@ -80,8 +81,8 @@ class ExportResult:
 def _text_message(msg: dict[str, Any]) -> dict[str, str]:
     """An OpenAI message as ``{role, content}``: tool calls rendered as the template does."""
     content = msg.get("content")
-    if isinstance(content, list):  # content parts: keep the text ones
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if isinstance(content, list):  # content parts: the text ones, an image as "[image]"
+        content = text_of(content)
     text = content or ""
     calls = msg.get("tool_calls") or []
     blocks = []

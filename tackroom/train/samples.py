@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tackroom.core.episode import Episode, Outcome
+from tackroom.policies.chat_format import text_only
 from tackroom.train.sft import IGNORE, encode_turn, reply_message
 
 
@@ -63,7 +64,7 @@ class TurnSample:
 def prompt_ids(tokenizer: Any, messages: list[dict[str, Any]],
                tools: list[dict[str, Any]] | None) -> list[int]:
     """The ids the policy saw: the chat template with its generation prompt (as ``HFPolicy``)."""
-    ids = tokenizer.apply_chat_template(messages, tools=tools or None,
+    ids = tokenizer.apply_chat_template(text_only(messages), tools=tools or None,
                                         add_generation_prompt=True, tokenize=True,
                                         return_dict=False)
     if ids and isinstance(ids[0], list):  # a batch of one

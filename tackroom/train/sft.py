@@ -28,7 +28,7 @@ from typing import Any
 from tackroom.core.bounds import check_number
 from tackroom.core.episode import Episode, Outcome, Turn
 from tackroom.core.errors import ConfigError
-from tackroom.policies.chat_format import model_dir_problem
+from tackroom.policies.chat_format import model_dir_problem, text_only
 from tackroom.records.store import RecordStore
 from tackroom.train.engine import (
     MAX_BATCH,
@@ -126,6 +126,7 @@ def encode_turn(tokenizer: Any, messages: list[dict[str, Any]], reply: dict[str,
     Where the template marks assistant tokens (``{% generation %}``), tokens
     the template appends after the reply (a trailing newline) are masked too.
     """
+    messages = text_only(messages)  # local models read text: images are "[image]"
     prompt = _ids(tokenizer.apply_chat_template(
         messages, tools=tools or None, add_generation_prompt=True, tokenize=True,
         return_dict=False))
