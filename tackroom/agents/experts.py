@@ -98,6 +98,11 @@ class AgentExpert:
                               "use expert = \"shell-tool\", \"bash-block\" or "
                               "\"search-replace\", or evaluate this harness with a model")
         self.fmt, self.submit, self.fence = fmt, submit, fence
+        # A suite's expert may offer one plan in several forms (the robot suite's: commands,
+        # a controller script, then the same plan as a shell script): a CLI says the forms
+        # a shell or an editor can, when there are any.
+        said = [a for a in actions if isinstance(a, (Shell, Edit, WriteFile, Submit))]
+        actions = said or list(actions)
         if fmt == "search-replace":
             self.script = search_replace(actions)
         else:

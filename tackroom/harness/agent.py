@@ -55,11 +55,14 @@ AGENT_DEFAULTS: dict[str, Any] = {
     "expert_fence": "bash",
     "memory_mb": 4096,
     "processes": 256,
-    "can": [],  # what the CLI can do to a task (default: CAPABILITIES)
+    "can": [],  # what the CLI can do to a task (default: CAPABILITIES; OPT_IN if named)
 }
 #: What an agent CLI in a sandbox can do to a task: run commands and change files (no
 #: browser: a web task cannot be expressed by one).
 CAPABILITIES = frozenset({"shell", "submit", "edit", "write_file", "edit_lines", "view_file"})
+#: What a CLI can do only where the environment forwards an interface into its sandbox (the
+#: robot suite's command API): never by default, a harness names it in ``can``.
+OPT_IN = frozenset({"robot"})
 #: How an agent's scripted expert answers (see :mod:`tackroom.agents.experts`).
 EXPERT_FORMATS = ("shell-tool", "bash-block", "search-replace")
 #: Placeholders the command line, the environment and config files may use.
@@ -139,9 +142,9 @@ def check_agent(raw: Any, where: str) -> dict[str, Any]:
                            f"allowed: {', '.join(EXPERT_FORMATS)}")
     can = a["can"]
     if not isinstance(can, list) or not all(isinstance(c, str) for c in can) or \
-            not set(can) <= CAPABILITIES:
+            not set(can) <= CAPABILITIES | OPT_IN:
         raise HarnessError(f"can = {can!r} names what an agent CLI cannot do", f"{w}.can",
-                           f"allowed: {', '.join(sorted(CAPABILITIES))}")
+                           f"allowed: {', '.join(sorted(CAPABILITIES | OPT_IN))}")
     a["can"] = sorted(set(can)) or sorted(CAPABILITIES)
     for key, lo, hi in (("memory_mb", 256, 65536), ("processes", 16, 4096)):
         v = a[key]

@@ -10,6 +10,9 @@ its own failure mode (``wrong_object``). See docs/robot.md.
     obs = env.reset(seed=0)          # obs.extra["state"]: poses of every object
     env.step(RobotCommand("move_ee", {"x": 0.1, "y": 0.0, "z": 0.2}))
 
+Agent harnesses (an unmodified coding CLI, ``robot-mini-swe-agent``) run with the robot's
+HTTP command API forwarded into their sandbox (:meth:`RobotEnv._run_agent`).
+
 Options (``make_suite`` keywords, recorded with a run): ``screenshots`` (default on) gives
 observations a lazy browser screenshot (only the ``robot_screenshot`` renderer asks for
 one, so other harnesses never start a browser); ``unsafe_local`` runs controller scripts
@@ -26,6 +29,22 @@ from typing import Any
 from tackroom.core.errors import ConfigError, TaskNotFound
 from tackroom.core.task import Expert, Task, call_env
 from tackroom.suites.robot.tasks import TASKS
+
+
+class _WithShellForm:
+    """A plan expert whose offer ends with the plan as a shell script of ``./robot`` calls:
+    what an agent CLI's expert runs (:mod:`tackroom.agents.experts` takes the forms a shell
+    can say); the loop harnesses stop at it, as at any action their interface cannot say."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, obs: Any, state: dict[str, Any]) -> list[Any]:
+        from tackroom.core.actions import Shell
+        from tackroom.suites.robot.env import agent_script
+
+        actions = self.inner(obs, state)
+        return [*actions, Shell(agent_script(state["plan"]))]
 
 
 class RobotPool:
@@ -93,7 +112,9 @@ class RobotSuite:
     def expert(self, task: Task) -> Expert | None:
         from tackroom.suites.robot.experts import PlanExpert
 
-        return PlanExpert(task.key) if task.suite == self.name and task.id in TASKS else None
+        if task.suite != self.name or task.id not in TASKS:
+            return None
+        return _WithShellForm(PlanExpert(task.key))
 
     def preflight(self) -> None:
         """Refuse to start without MuJoCo, in one line."""

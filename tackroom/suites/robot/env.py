@@ -8,6 +8,12 @@ Actions:
   simulator's). ``done`` ends the episode and the task is verified.
 * :class:`~tackroom.harness.robot.RunController` — a controller script, run once in the
   sandbox against the API (:mod:`.controller`); when it ends, the task is verified.
+* :class:`~tackroom.core.actions.RunAgent` — an agent harness's CLI, run once in the
+  sandbox with the robot's HTTP command API forwarded into it (:meth:`RobotEnv._run_agent`:
+  a :class:`RobotServer` on a Unix socket bound into the sandbox, relayed to the sandbox's
+  ``127.0.0.1:8765`` — ``$ROBOT_API`` —, and a ``./robot`` client in its working
+  directory); the ``Submit`` after it verifies the task, whether or not the CLI sent
+  ``done``.
 * ``Submit()`` — the same as ``done``.
 
 Observations: ``instruction``; ``text``, a status line (what the last command answered);
@@ -27,18 +33,159 @@ Observations: ``instruction``; ``text``, a status line (what the last command an
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, Protocol
 
-from tackroom.core.actions import Action, Submit
+from tackroom.core.actions import Action, RunAgent, Submit
 from tackroom.core.errors import ActionError, InfraError, TackroomError
 from tackroom.core.observation import Observation
 from tackroom.core.task import StepResult, Task
+from tackroom.gateway import forward
 from tackroom.harness.robot import RobotCommand, RunController
+from tackroom.sandbox import Limits, run_agent
 from tackroom.suites.robot.controller import run_controller
 from tackroom.suites.robot.sim import CommandError, RobotSim
 
 #: Commands an episode may execute before it is cut off (truncated).
 MAX_COMMANDS = 200
+#: The port the robot's API is relayed to inside an agent CLI's sandbox (its own network
+#: namespace; the model gateway's relay is on 4000).
+AGENT_PORT = 8765
+#: Output of an agent CLI kept in the observation and the verifier's record.
+AGENT_OUTPUT = 4000
+_FORWARD = str(Path(forward.__file__).resolve())
+
+#: ``./robot``, the shell client an agent CLI finds in its working directory: the HTTP
+#: command API at ``$ROBOT_API``, standard library only (the sandbox's ``python3``).
+AGENT_CLIENT = r'''#!/usr/bin/env python3
+"""robot: the robot's HTTP command API from the shell (tackroom robot suite).
+
+  ./robot state                  the simulator state as JSON
+  ./robot move_ee X Y Z          move the end effector in a straight line (metres)
+  ./robot move_joint JOINT VALUE joint x, y, z (metres) or wrist (radians)
+  ./robot gripper open|close     drive the fingers until they stop
+  ./robot step N                 N physics steps of 2 ms
+  ./robot done                   declare the task finished (then it is checked)
+  ./robot '{"op": "move_ee", "x": 0.1, "y": 0.0, "z": 0.2}'   any command as JSON
+
+It prints the robot's answer as JSON; a refused command prints the reason and exits 1.
+The same API over HTTP: GET $ROBOT_API/state, POST $ROBOT_API/command (a JSON object).
+"""
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+
+API = os.environ.get("ROBOT_API", "http://127.0.0.1:8765/api").rstrip("/")
+ARGS = {"move_ee": ("x", "y", "z"), "move_joint": ("joint", "angle"), "gripper": ("action",),
+        "step": ("n",), "done": ()}
+
+
+def call(path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(API + path, data=data,
+                                 headers={"Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(req, timeout=120) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        try:
+            msg = json.loads(e.read()).get("error", str(e))
+        except ValueError:
+            msg = str(e)
+        sys.exit(f"robot: refused: {msg}")
+    except OSError as e:
+        sys.exit(f"robot: cannot reach the robot API at {API}: {e}")
+
+
+def number(text):
+    try:
+        value = float(text)
+    except ValueError:
+        sys.exit(f"robot: {text!r} is not a number")
+    return int(value) if value.is_integer() and "." not in text else value
+
+
+def main(argv):
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(__doc__.strip())
+        return 0
+    op, rest = argv[0], argv[1:]
+    if op == "state":
+        print(json.dumps(call("/state"), indent=1))
+        return 0
+    if op.startswith("{"):
+        print(json.dumps(call("/command", json.loads(" ".join(argv)))))
+        return 0
+    if op not in ARGS:
+        sys.exit(f"robot: unknown command {op!r}; see ./robot help")
+    names = ARGS[op]
+    if len(rest) != len(names):
+        sys.exit(f"robot: {op} takes {len(names)} argument(s): {' '.join(names) or 'none'}")
+    body = {"op": op}
+    for name, value in zip(names, rest):
+        body[name] = value if name in ("joint", "action") else number(value)
+    print(json.dumps(call("/command", body)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+'''
+
+#: ``API.md`` beside the client: the API an agent CLI controls the robot through.
+AGENT_API = """\
+# The robot's command API
+
+A simulated robot arm (a gantry: x, y, z slides, a wrist, two fingers up to 9 cm apart)
+on a table. Metres, z up, the table top at z = 0. The end effector (`ee`) is the point
+between the fingertips; its workspace is x -0.45..0.45, y -0.35..0.35, z 0.015..0.40.
+
+From the shell, `./robot` (in this directory) sends one command and prints the answer:
+
+    ./robot state                  # the state: ee, gripper, objects {name: pos, quat,
+                                   #   kind, color, size}, zones {name: pos, size}
+    ./robot move_ee X Y Z          # a straight line; answers reached (true/false)
+    ./robot move_joint JOINT VALUE # x, y, z (metres) or wrist (radians)
+    ./robot gripper open|close     # answers opening and holding (the block held, or null)
+    ./robot step N                 # N physics steps of 2 ms
+    ./robot done                   # the task is finished: it is checked, no more commands
+
+The same over HTTP at `$ROBOT_API` (http://127.0.0.1:8765/api):
+
+    curl -s $ROBOT_API/state
+    curl -s -X POST $ROBOT_API/command -d '{"op": "move_ee", "x": 0.1, "y": 0.0, "z": 0.2}'
+
+A refused command answers 400 with {"error": "..."} (./robot prints it and exits 1).
+Grasps are friction grasps: a block let go falls.
+"""
+
+
+def agent_script(commands: list[dict[str, Any]]) -> str:
+    """``commands`` (a plan) as a shell script of ``./robot`` calls, for an agent CLI's shell."""
+    lines = []
+    for c in commands:
+        args = {k: v for k, v in c.items() if k != "op"}
+        if c["op"] == "move_ee" and "pos" in args:
+            args = dict(zip("xyz", args.pop("pos"), strict=True))
+        names = _CLIENT_ARGS.get(c["op"])
+        if names is not None and sorted(args) == sorted(names):
+            lines.append(shlex.join(["./robot", c["op"], *(str(args[k]) for k in names)]))
+        else:  # anything else, as the JSON command
+            lines.append(shlex.join(["./robot", json.dumps(c)]))
+    return "\n".join(lines)
+
+
+#: The positional arguments of ``./robot``'s commands.
+_CLIENT_ARGS = {"move_ee": ("x", "y", "z"), "move_joint": ("joint", "angle"),
+                "gripper": ("action",), "step": ("n",), "done": ()}
 
 
 class Screenshotter(Protocol):
@@ -110,6 +257,8 @@ class RobotEnv:
         self.seed: int | None = None
         self.done = False
         self.commands = 0
+        #: What the agent CLI did (``None``: no agent has run this episode).
+        self.agent_run: dict[str, Any] | None = None
 
     # -- Gymnasium-shaped API --------------------------------------------------------------
     def reset(self, seed: int) -> Observation:
@@ -120,6 +269,7 @@ class RobotEnv:
         self.seed = int(seed)
         self.done = False
         self.commands = 0
+        self.agent_run = None
         return self._observation(None, None)
 
     def step(self, action: Action) -> StepResult:
@@ -129,6 +279,10 @@ class RobotEnv:
             raise ActionError("the episode is over; no more actions")
         if isinstance(action, RunController):
             return self._run_controller(action.code)
+        if isinstance(action, RunAgent):
+            return self._run_agent(action)
+        if isinstance(action, Submit) and self.agent_run is not None:
+            return self._agent_verdict()
         if isinstance(action, Submit):
             action = RobotCommand("done")
         if not isinstance(action, RobotCommand):
@@ -171,6 +325,78 @@ class RobotEnv:
                              "seconds": round(run.seconds, 3), "output": run.summary()}}
         return self._verdict(obs, info)
 
+    def _run_agent(self, action: RunAgent) -> StepResult:
+        """An agent CLI in the sandbox, the robot's API forwarded to it; the sim stays here.
+
+        A :class:`RobotServer` on a Unix socket (no reset, the episode's command limit)
+        is bound read-only into the sandbox, and ``forward.py`` relays the sandbox's
+        ``127.0.0.1:8765`` to it before the CLI starts (the model gateway's relay wraps
+        the CLI inside that). The working directory holds ``./robot`` and ``API.md``.
+        Without the sandbox (``unsafe_local``) the server listens on a TCP port instead.
+        """
+        from tackroom.suites.robot.server import RobotServer
+
+        if self.agent_run is not None:
+            raise ActionError("the agent has already run in this episode")
+        tmp = Path(tempfile.mkdtemp(prefix="trk-robot-"))  # short: a socket path <= 107 bytes
+        try:
+            os.chmod(tmp, 0o755)  # the sandbox's own uid must reach the socket
+            work, sock_dir = tmp / "task", tmp / "sock"
+            work.mkdir()
+            sock_dir.mkdir(mode=0o755)
+            (work / "robot").write_text(AGENT_CLIENT)
+            (work / "robot").chmod(0o755)
+            (work / "API.md").write_text(AGENT_API)
+            left = max(0, self.max_commands - self.commands)
+            if self.unsafe_local:
+                server = RobotServer(self.sim, allow_reset=False, max_commands=left)
+                api, argv, binds = f"{server.url}api", action.argv, action.ro_binds
+            else:
+                sock = sock_dir / "robot.sock"
+                server = RobotServer(self.sim, unix_socket=sock, allow_reset=False,
+                                     max_commands=left)
+                os.chmod(sock, 0o777)
+                api = f"http://127.0.0.1:{AGENT_PORT}/api"
+                argv = ("python3", _FORWARD, "--port", str(AGENT_PORT), "--socket", str(sock),
+                        "--", *action.argv)
+                binds = {**action.ro_binds, _FORWARD: _FORWARD, str(sock_dir): str(sock_dir)}
+            try:
+                res = run_agent(replace(action, argv=tuple(argv), ro_binds=binds,
+                                        env={**action.env, "ROBOT_API": api}),
+                                work, Limits(wall_s=action.timeout_s),
+                                unsafe_local=self.unsafe_local)
+            finally:
+                server.close()
+                # A keep-alive connection's handler may outlive the server: wait for a
+                # command in flight, then detach (any later request answers 503).
+                server.attach(None)
+        except InfraError:
+            raise
+        except TackroomError as e:  # the sandbox is unavailable here
+            raise InfraError(e.what, e.where or "robot agent", e.fix) from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.commands += server.commands
+        self.agent_run = {"exit": res.exit_code, "timed_out": res.timed_out,
+                          "commands": server.commands, "refused": server.refused,
+                          "done_sent": self.sim.done, "seconds": round(res.duration_s, 3)}
+        text = (f"The agent exited with code {res.exit_code} after {server.commands} robot "
+                f"command(s) ({server.refused} refused).")
+        return StepResult(self._observation("run_agent", None, text=text), 0.0, False,
+                          info={"agent": res.record(AGENT_OUTPUT)})
+
+    def _agent_verdict(self) -> StepResult:
+        """The check after an agent's run: the state as the CLI left it (``done`` or not)."""
+        assert self.agent_run is not None
+        run = self.agent_run
+        if not self.sim.done:
+            self.sim.command({"op": "done"})
+        ended = "sent done" if run["done_sent"] else "ended without sending done"
+        summary = (f"The agent {ended} after {run['commands']} robot command(s) "
+                   f"({run['refused']} refused).")
+        obs = self._observation("done", {"done": True}, text=summary)
+        return self._verdict(obs, {"verifier": {**run, "output": summary}})
+
     def _verdict(self, obs: Observation, info: dict[str, Any]) -> StepResult:
         self.done = True
         ok, mode = self.sim.verify()
@@ -192,4 +418,5 @@ class RobotEnv:
                            extra=extra)
 
 
-__all__ = ["MAX_COMMANDS", "RobotEnv", "Screenshotter", "status_line"]
+__all__ = ["AGENT_API", "AGENT_CLIENT", "AGENT_PORT", "MAX_COMMANDS", "RobotEnv", "Screenshotter",
+           "agent_script", "status_line"]

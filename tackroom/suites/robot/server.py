@@ -23,13 +23,23 @@ harness and a human at the same URL never interleave inside the simulator.
 Run it standalone to drive the robot by hand or from an unmodified coding CLI::
 
     python -m tackroom.suites.robot.server --task robot/reach --seed 0
+
+An agent harness's episode serves the API on a Unix socket instead
+(``RobotServer(sim, unix_socket=path, allow_reset=False, max_commands=n)``), which the
+environment binds into the CLI's sandbox (see :mod:`.env`): there ``POST /api/reset``
+is refused (an episode cannot pick another task or seed) and commands past ``n`` are
+refused with a message that says so. :attr:`RobotServer.commands` and
+:attr:`RobotServer.refused` count what came through ``/api/command`` (``camera`` aside).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import socket
+import socketserver
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -85,7 +95,8 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         # Headers and body go out in two writes: without this, Nagle's algorithm and the
         # client's delayed ACK add ~40 ms to every keep-alive request.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.connection.family != socket.AF_UNIX:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     # -- replies ---------------------------------------------------------------------
     def _send(self, status: int, body: bytes, ctype: str) -> None:
@@ -124,6 +135,8 @@ class _Handler(BaseHTTPRequestHandler):
             name = path[len("/vendor/"):]
             if name not in SERVED:
                 return self._error(HTTPStatus.NOT_FOUND, f"no such file: {path}")
+            if o.vendor is None:  # a Unix-socket server installs three.js only if asked
+                o.vendor = ensure_three()
             return self._send(HTTPStatus.OK, (o.vendor / name).read_bytes(),
                               "text/javascript; charset=utf-8")
         if path in ("/api", "/api/"):
@@ -146,10 +159,13 @@ class _Handler(BaseHTTPRequestHandler):
         if body is None:
             return None
         if path == "/api/command":
-            return self._call(lambda sim: sim.command(body))
+            return self._call(lambda sim: sim.command(body), counted=body.get("op") != "camera")
         if path == "/api/camera":
             return self._call(lambda sim: sim.command({**body, "op": "camera"}))
         if path == "/api/reset":
+            if not self.owner.allow_reset:
+                return self._error(HTTPStatus.FORBIDDEN, "reset is not available in an "
+                                   "episode: the task and seed are fixed")
             task, seed = body.get("task"), body.get("seed", 0)
             if not isinstance(task, str) or not isinstance(seed, int) or isinstance(seed, bool):
                 return self._error(HTTPStatus.BAD_REQUEST,
@@ -182,13 +198,25 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return body
 
-    def _call(self, fn: Any) -> None:
+    def _call(self, fn: Any, counted: bool = False) -> None:
         o = self.owner
         try:
             with o.lock:
                 if o.sim is None:
                     return self._error(HTTPStatus.SERVICE_UNAVAILABLE, "no simulator attached")
-                result = fn(o.sim)
+                if counted:
+                    if o.max_commands is not None and o.commands >= o.max_commands:
+                        return self._error(HTTPStatus.BAD_REQUEST,
+                                           f"the command limit ({o.max_commands}) is reached: "
+                                           "no more commands; the task is checked as it "
+                                           "stands")
+                    o.commands += 1
+                try:
+                    result = fn(o.sim)
+                except o.command_error:
+                    if counted:
+                        o.refused += 1
+                    raise
         except o.command_error as e:
             return self._error(HTTPStatus.BAD_REQUEST, str(e))
         except Exception as e:  # noqa: BLE001 - a simulator bug must not kill the server
@@ -201,31 +229,52 @@ class _Handler(BaseHTTPRequestHandler):
                                f"the simulator's answer is not JSON: {e}")
 
 
+class _UnixHTTPServer(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+
+
 class RobotServer:
     """The web app and command API of ``sim`` on ``http://127.0.0.1:<port>/``.
 
     Starts serving (in a daemon thread) when made; :meth:`close` stops it. Use it
     as a context manager. :meth:`attach` points it at another simulator.
 
+    ``unix_socket``: serve on that Unix socket instead of TCP (three.js is then
+    installed only when the page asks for it); ``allow_reset=False`` refuses
+    ``/api/reset``; ``max_commands`` caps the commands ``/api/command`` runs.
+
     Raises:
-        InfraError: three.js cannot be installed, or no port can be bound.
+        InfraError: three.js cannot be installed, or no port (socket) can be bound.
     """
 
-    def __init__(self, sim: Any = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, sim: Any = None, *, host: str = "127.0.0.1", port: int = 0,
+                 unix_socket: str | os.PathLike[str] | None = None, allow_reset: bool = True,
+                 max_commands: int | None = None) -> None:
         self.sim = sim
         #: Held around every call into the simulator made through this server.
         self.lock = threading.RLock()
         self.command_error = _command_error()
-        self.vendor = ensure_three()
+        self.allow_reset = allow_reset
+        self.max_commands = max_commands
+        #: Commands run through ``/api/command`` (``camera`` aside), and those refused.
+        self.commands = self.refused = 0
+        self.unix_socket = None if unix_socket is None else str(unix_socket)
+        self.vendor = ensure_three() if unix_socket is None else None
         handler = type("Handler", (_Handler,), {"owner": self})
         try:
-            self._httpd = ThreadingHTTPServer((host, port), handler)
+            if self.unix_socket is not None:
+                self._httpd: socketserver.BaseServer = _UnixHTTPServer(self.unix_socket,
+                                                                       handler)
+                self.host, self.port = "localhost", 0
+            else:
+                self._httpd = ThreadingHTTPServer((host, port), handler)
+                self._httpd.daemon_threads = True
+                self.host, self.port = self._httpd.server_address[:2]
         except OSError as e:
-            raise InfraError(f"cannot serve the robot interface on {host}:{port} "
+            where = self.unix_socket or f"{host}:{port}"
+            raise InfraError(f"cannot serve the robot interface on {where} "
                              f"({e.strerror or e})", "robot server",
                              "pick another --port, or free that one") from None
-        self._httpd.daemon_threads = True
-        self.host, self.port = self._httpd.server_address[:2]
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         kwargs={"poll_interval": 0.2},
                                         name=f"robot-server-{self.port}", daemon=True)
@@ -234,8 +283,8 @@ class RobotServer:
 
     @property
     def url(self) -> str:
-        """The page's URL (the API is under ``/api``)."""
-        return f"http://{self.host}:{self.port}/"
+        """The page's URL (the API is under ``/api``); on a Unix socket, its Host is localhost."""
+        return f"http://{self.host}:{self.port}/" if self.port else f"http://{self.host}/"
 
     @property
     def closed(self) -> bool:
@@ -254,6 +303,9 @@ class RobotServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
+        if self.unix_socket is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.unix_socket)
 
     def __enter__(self) -> RobotServer:
         return self
