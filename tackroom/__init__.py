@@ -37,16 +37,19 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time see __getattr__
     from tackroom.app.optimization import audit, optimize
     from tackroom.app.selfhpo import self_hpo
     from tackroom.core.policy import Sampling
+    from tackroom.delegation.bench import bench_delegation
+    from tackroom.delegation.fit import fit_delegation
 
 _API = ("Report", "Run", "RunPlan", "evaluate", "evaluate_sealed", "plan", "report", "resume",
         "seal", "sft", "train")
 #: Name → the module it comes from.
 _LAZY = {**{name: "tackroom.app" for name in _API}, "Sampling": "tackroom.core.policy",
          "optimize": "tackroom.app.optimization", "audit": "tackroom.app.optimization",
-         "self_hpo": "tackroom.app.selfhpo"}
+         "self_hpo": "tackroom.app.selfhpo", "fit_delegation": "tackroom.delegation.fit",
+         "bench_delegation": "tackroom.delegation.bench"}
 
-__all__ = ["Report", "Run", "RunPlan", "Sampling", "__version__", "audit", "evaluate",
-           "evaluate_sealed", "optimize", "plan", "report", "resume", "seal", "self_hpo", "sft",
+__all__ = ["Report", "Run", "RunPlan", "Sampling", "__version__", "audit", "bench_delegation",
+           "evaluate", "evaluate_sealed", "fit_delegation", "optimize", "plan", "report", "resume", "seal", "self_hpo", "sft",
            "train"]
 
 

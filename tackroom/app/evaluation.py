@@ -34,6 +34,7 @@ from tackroom.core.errors import ConfigError
 from tackroom.core.policy import Policy, Sampling
 from tackroom.core.run import RunConfig
 from tackroom.core.task import Suite, Task
+from tackroom.delegation.runtime import load_decision_model
 from tackroom.harness.spec import HarnessSpec, load_harness
 from tackroom.policies import make_policy
 from tackroom.records import RecordStore
@@ -117,6 +118,9 @@ def plan(suite: str | Suite = "toy", *, tasks: Sequence[str | Task] | None = Non
     refs = list(harnesses) if harnesses else list(the_suite.default_harnesses)
     specs_h = manifest.load_harnesses() if manifest is not None else \
         [h if isinstance(h, HarnessSpec) else load_harness(h) for h in refs]
+    for h in specs_h:  # a delegating harness whose decision model is missing: say so now
+        if h.delegation is not None and "model" in h.delegation:
+            load_decision_model(h.delegation)
     n_policies = len(policies) if policies else 1
     check_grid_size(len(task_list) * len(specs_h) * n_policies * len(seeds_), max_episodes)
     if concurrency <= 0:

@@ -10,6 +10,7 @@ prints; the work is done by the Python API (``tackroom.evaluate`` …):
 - :mod:`.training` — ``model init``, ``sft``, ``train``, ``export-groups``
 - :mod:`.serve` — ``serve``
 - :mod:`.optimize` — ``optimize``, ``audit``, ``self-hpo``
+- :mod:`.delegate` — ``delegate fit|bench|hash``
 
 User errors (:class:`~tackroom.core.errors.TackroomError`, and click's usage errors) print
 one line and exit 2.
@@ -23,7 +24,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from tackroom.cli import evaluate, harness, optimize, records, report, serve, training
+from tackroom.cli import delegate, evaluate, harness, optimize, records, report, serve, training
 from tackroom.cli.common import err_console
 from tackroom.core.errors import ConfigError, TackroomError
 
@@ -72,6 +73,13 @@ app.command("serve")(serve.serve_cmd)
 app.command("optimize")(optimize.optimize_cmd)
 app.command("audit")(optimize.audit_cmd)
 app.command("self-hpo")(optimize.self_hpo_cmd)
+
+delegate_app = typer.Typer(help="Decision models that take over some of the LLM's choices.",
+                           no_args_is_help=True)
+delegate_app.command("fit")(delegate.fit_cmd)
+delegate_app.command("bench")(delegate.bench_cmd)
+delegate_app.command("hash")(delegate.hash_cmd)
+app.add_typer(delegate_app, name="delegate")
 
 
 #: Set when SIGTERM arrived: the run stops as on Ctrl-C, and the exit status says SIGTERM.

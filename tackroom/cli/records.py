@@ -43,6 +43,20 @@ def runs_cmd(db: DbOpt = DEFAULT_DB,
     console.print(table)
 
 
+def _who_acted(rec: dict | None) -> str:
+    """``model``, or which decision point the decision model took, how sure, at what τ."""
+    if not rec or rec.get("acted") != "decision":
+        return "model"
+    point = rec["points"][rec["point"]]
+    p = point.get("p") or []
+    conf = p[rec["choice"]] if rec["choice"] is not None and rec["choice"] < len(p) else None
+    saved = rec.get("saved") or {}
+    return (f"decision model ({point['type']}"
+            + (f", p {conf:.2f} ≥ τ {point.get('tau') or 0:.2f}" if conf is not None else "")
+            + (f"; saved ~{saved.get('prompt_tokens', 0) + saved.get('completion_tokens', 0)}"
+               " LLM tokens" if saved else "") + ")")
+
+
 def show_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")],
              episode: Annotated[str | None, typer.Argument(
                  help="Episode id or prefix: replay it turn by turn.")] = None,
@@ -114,7 +128,11 @@ def _replay(ep, full: bool) -> None:
         if t.tool_calls:
             out += "\n" + "\n".join(f"{c['function']['name']}({c['function']['arguments']})"
                                     for c in t.tool_calls)
-        body.append(f"[green]model[/green]: {escape(out.strip())}")
+        who = _who_acted(t.delegation)
+        body.append(f"[green]{who}[/green]: {escape(out.strip())}")
+        if t.delegation and t.delegation.get("fallback"):
+            body.append(f"[red]decision model fell back to the LLM[/red]: "
+                        f"{escape(t.delegation['fallback'])}")
         if t.parse_error:
             body.append(f"[red]parse error[/red]: {escape(t.parse_error)}")
         if t.actions:

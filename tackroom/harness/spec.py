@@ -10,7 +10,8 @@ A harness file looks like::
 Slots: ``[prompt]`` (system prompt and turn templates), ``[observation]``
 (renderer and its options), ``[actions]`` (interface and parser), ``[loop]``
 (control logic), ``[budget]`` (turns, tokens, wall seconds) and
-``[[skills]]`` (procedural text); or ``[agent]``, a third-party agent CLI that is
+``[[skills]]`` (procedural text), ``[delegation]`` (choices a decision model may take
+over: :mod:`tackroom.harness.delegation`); or ``[agent]``, a third-party agent CLI that is
 the harness (:mod:`tackroom.harness.agent`). Everything is checked at load time: an
 unknown slot or key, an unknown renderer, a value out of range raises
 :class:`HarnessError` naming the file, the slot and what is allowed.
@@ -38,6 +39,7 @@ from typing import Any
 from tackroom.core.errors import HarnessError
 from tackroom.harness import registry
 from tackroom.harness.agent import check_agent
+from tackroom.harness.delegation import check_delegation
 
 BUILTIN_DIR = Path(__file__).parent / "harnesses"
 #: Shipped agent harnesses (third-party CLIs; see tackroom.harness.agent).
@@ -79,7 +81,7 @@ DEFAULTS: dict[str, Any] = {
 OPTIONAL: dict[str, set[str]] = {"actions": {"descriptions"}}
 
 _TOP = {"name", "description", "extends", "version", "prompt", "observation", "actions",
-        "loop", "budget", "skills", "agent"}
+        "loop", "budget", "skills", "agent", "delegation"}
 _PLACEHOLDERS = {
     "first_turn": {"instruction", "observation", "budget"},
     "next_turn": {"feedback", "observation", "budget", "instruction"},
@@ -108,6 +110,9 @@ class HarnessSpec:
     skills: tuple[Skill, ...] = ()
     #: The agent CLI that is this harness (``None``: tackroom's own loop); see harness.agent.
     agent: dict[str, Any] | None = None
+    #: The decision points a decision model may take over (``None``: the LLM makes every
+    #: choice); see harness.delegation.
+    delegation: dict[str, Any] | None = None
     source: str = ""
     extends: tuple[str, ...] = field(default=(), compare=False)
 
@@ -123,6 +128,10 @@ class HarnessSpec:
         }
         if self.agent is not None:  # only then: the hashes of loop harnesses stay as they were
             content["agent"] = self.agent
+        if self.delegation is not None:
+            # The model is pinned by its content hash, not by where its files lie: the same
+            # fitted model copied elsewhere is the same harness.
+            content["delegation"] = {k: v for k, v in self.delegation.items() if k != "model"}
         return content
 
     @property
@@ -257,6 +266,7 @@ def _resolve(path: Path, seen: list[str]) -> tuple[dict[str, Any], list[str]]:
         raise HarnessError("circular 'extends'", str(path),
                            "chain: " + " -> ".join(Path(s).stem for s in seen + [key]))
     raw = _read(path)
+    _anchor_model(raw, path)
     parent_ref = raw.get("extends")
     if parent_ref is None:
         return raw, [str(path)]
@@ -269,6 +279,16 @@ def _resolve(path: Path, seen: list[str]) -> tuple[dict[str, Any], list[str]]:
     if "description" not in raw:
         merged["description"] = base.get("description", "")
     return merged, chain + [str(path)]
+
+
+def _anchor_model(raw: dict[str, Any], path: Path) -> None:
+    """A decision model's relative path is relative to the harness file that names it, also
+    when another harness ``extends`` that file from elsewhere."""
+    slot = raw.get("delegation")
+    if isinstance(slot, dict) and isinstance(slot.get("model"), str) and slot["model"].strip():
+        model = Path(slot["model"]).expanduser()
+        if not model.is_absolute():
+            slot["model"] = str((path.parent / model).resolve())
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -317,6 +337,10 @@ def parse_harness(raw: dict[str, Any], source: str = "<memory>",
     _check_budget(slots["budget"], where)
     skills = _check_skills(raw.get("skills", []), where)
     agent = check_agent(raw["agent"], where) if "agent" in raw else None
+    delegation = check_delegation(raw["delegation"], where) if "delegation" in raw else None
+    if delegation is not None and agent is not None:
+        raise HarnessError("an [agent] harness cannot delegate: the CLI makes its own choices",
+                           f"{where} [delegation]", "remove [delegation], or use a loop harness")
     if agent is None:  # an agent CLI brings its own prompt, observations and parser
         _check_required(raw, where)
     return HarnessSpec(
@@ -329,6 +353,7 @@ def parse_harness(raw: dict[str, Any], source: str = "<memory>",
         budget=slots["budget"],
         skills=skills,
         agent=agent,
+        delegation=delegation,
         source=source,
         extends=chain,
     )

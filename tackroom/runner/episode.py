@@ -28,6 +28,7 @@ from tackroom.core.errors import (
 )
 from tackroom.core.policy import ExpertView, Policy, PolicyRequest, PolicyResponse, Sampling
 from tackroom.core.task import Environment, EnvironmentPool, Expert, Task, call_env
+from tackroom.delegation.runtime import Delegator, note_llm_call, saved_cost
 from tackroom.harness.session import HarnessSession
 from tackroom.harness.spec import HarnessSpec
 from tackroom.runner.agent import GRACE_S, Gateways, agent_loop
@@ -128,6 +129,9 @@ async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert
     tokens = 0
     errors_in_row = 0
     max_errors = int(h.loop["max_consecutive_errors"])
+    # Decision points declared by the harness: a decision model may take the turn.
+    delegator = Delegator(h.delegation, expert) if h.delegation is not None else None
+    last_error = False
 
     def seconds_left() -> float | None:
         # One clock for the model: the harness's wall budget and the task's own episode
@@ -154,9 +158,29 @@ async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert
                                 sampling=spec.sampling, view=view)
         t_h = time.perf_counter() - t0 + pending_harness
 
+        response: PolicyResponse | None = None
+        if delegator is not None:
+            t0 = time.perf_counter()
+            decision = await delegator.decide(current, t, int(budget["turns"]), last_error)
+            turn.delegation = decision.record
+            if decision.action is not None:
+                # Written the way the harness writes any action, so the turn reads as usual.
+                response = session.encode([decision.action], current)
+                if response is None:
+                    decision.record.update(acted="llm", point=None, choice=None,
+                                           fallback="the harness cannot express the "
+                                                    "decision model's action")
+                    delegator.takeovers -= 1
+                else:
+                    decision.record["saved"] = saved_cost(spec.policy.id, turn.messages)
+            t_h += time.perf_counter() - t0
         t0 = time.perf_counter()
-        response: PolicyResponse = await spec.policy.act(request)
-        turn.t_policy = time.perf_counter() - t0
+        if response is None:
+            response = await spec.policy.act(request)
+            turn.t_policy = time.perf_counter() - t0
+            if delegator is not None:
+                note_llm_call(spec.policy.id, turn.messages, response.prompt_tokens,
+                              response.completion_tokens, turn.t_policy)
 
         t0 = time.perf_counter()
         turn.raw_text = response.text
@@ -220,6 +244,9 @@ async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert
 
         t0 = time.perf_counter()
         turn.feedback = feedback
+        if delegator is not None and turn.delegation is not None:
+            delegator.after(turn.delegation, turn.actions, current)
+        last_error = bool(turn.parse_error or turn.action_error)
         session.record_reply(response, results)
         if not done and errors_in_row >= max_errors:
             ep.outcome, ep.error, done = (Outcome.FAILURE,
