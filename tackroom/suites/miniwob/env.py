@@ -51,6 +51,7 @@ from tackroom.core.actions import Action, Click, ClickAt, Press, Type, TypeText
 from tackroom.core.errors import ActionError, InfraError, TaskNotFound
 from tackroom.core.observation import Element, Observation
 from tackroom.core.task import StepResult, Task
+from tackroom.suites.chrome import QUIET_FLAGS
 
 _CHROME = "/usr/bin/chromium"
 _CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -86,25 +87,12 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 log = logging.getLogger(__name__)
 
-#: Chrome flags. miniwob sets the first three itself; the rest keep Chrome from
-#: reaching the network, updating itself or writing a first-run profile, which
-#: matters offline, as root and in containers with a small /dev/shm.
+#: Chrome flags. miniwob sets the first three itself; the quiet ones keep Chrome offline.
 CHROME_FLAGS: tuple[str, ...] = (
     "--headless=new",
     "--disable-gpu",
     "--no-sandbox",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--no-default-browser-check",
-    "--disable-default-apps",
-    "--disable-extensions",
-    "--disable-crash-reporter",
-    "--disable-breakpad",
-    "--disable-dev-shm-usage",
-    "--mute-audio",
-    "--password-store=basic",
+    *QUIET_FLAGS,
     "--window-size=800,600",
     # Chrome exits when this pipe closes, i.e. when chromedriver dies: a killed
     # chromedriver (see reaper.die_with_parent) takes its browser with it.

@@ -25,6 +25,7 @@ import weakref
 from typing import Any
 
 from tackroom.core.errors import InfraError
+from tackroom.suites.chrome import QUIET_FLAGS
 from tackroom.suites.robot.server import RobotServer
 
 _CHROME = "/usr/bin/chromium"
@@ -38,20 +39,9 @@ CHROME_FLAGS: tuple[str, ...] = (
     "--use-angle=swiftshader",
     "--enable-unsafe-swiftshader",
     "--ignore-gpu-blocklist",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--no-default-browser-check",
-    "--disable-default-apps",
-    "--disable-extensions",
-    "--disable-crash-reporter",
-    "--disable-breakpad",
-    "--disable-dev-shm-usage",
+    *QUIET_FLAGS,
     "--disable-background-timer-throttling",
     "--disable-renderer-backgrounding",
-    "--mute-audio",
-    "--password-store=basic",
     "--force-device-scale-factor=1",
     "--remote-debugging-pipe",
 )
