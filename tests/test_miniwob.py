@@ -137,6 +137,19 @@ def test_observation(env):
 
 
 @pytest.mark.browser
+def test_a_seed_starts_from_the_same_page_after_a_reused_browser(env):
+    """The last episode's keyboard focus does not leak into the next one (click-button-
+    sequence re-uses its buttons: a focused TWO would change what the next episode sees)."""
+    env.retarget("click-button-sequence")
+    first = env.reset(0)
+    (two,) = first.find(tag="button", text="TWO")
+    env.step(Click(two.ref))
+    again = env.reset(0)
+    assert [e.to_dict() for e in again.elements] == [e.to_dict() for e in first.elements]
+    assert not next(e for e in again.elements if e.text == "TWO").focused
+
+
+@pytest.mark.browser
 def test_bad_actions_raise_action_error(env):
     env.retarget("enter-text")
     obs = env.reset(0)

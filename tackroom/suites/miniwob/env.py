@@ -439,6 +439,13 @@ class MiniWoBEnv:
         for attempt in (0, 1):
             try:
                 self._ensure()
+                if self.driver is not None:
+                    # A reused browser keeps the last episode's keyboard focus on elements
+                    # the next episode re-uses (click-button-sequence's buttons): without
+                    # this the same seed starts from a different page state.
+                    self.driver.execute_script(
+                        "if (document.activeElement && document.activeElement.blur)"
+                        " document.activeElement.blur();")
                 obs, info = self._gym.reset(seed=seed, options={"record_screenshots": False})
                 break
             except BROWSER_ERRORS as exc:
