@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import subprocess
 import time
 import urllib.parse
@@ -117,23 +116,6 @@ BROWSER_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def _reap(leftovers: dict[str, Any]) -> None:
-    """Kill a browser's process group and delete its directory.
-
-    Runs from :meth:`_Instance.kill`, or through ``weakref.finalize`` when an
-    instance is garbage-collected or the interpreter exits without closing it,
-    so no Chrome outlives the process that started it. Holds no reference to
-    the instance.
-    """
-    pgid = leftovers.pop("pgid", None)
-    if pgid is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-    path = leftovers.pop("dir", None)
-    if path:
-        reaper.remove_dir(path)
-
-
 class _ChromeService(ChromeService):
     """Selenium's service, forked from the launcher thread and recorded as it starts."""
 
@@ -202,7 +184,7 @@ class _Instance(SeleniumInstance):
         # for the reaper of a later run should this process be killed.
         base = reaper.make_browser_dir()
         self._leftovers: dict[str, Any] = {"dir": base}
-        self._finalizer = weakref.finalize(self, _reap, self._leftovers)
+        self._finalizer = weakref.finalize(self, reaper.reap, self._leftovers)
         scratch = os.path.join(base, "tmp")
         os.mkdir(scratch)
         options.add_argument(f"--user-data-dir={os.path.join(base, 'profile')}")

@@ -133,6 +133,23 @@ def remove_dir(path: str) -> None:
         time.sleep(0.05)
 
 
+def reap(leftovers: dict[str, Any]) -> None:
+    """Kill a browser's process group and delete its directory (``leftovers``: ``pgid``
+    and ``dir``, as the browser recorded them when it started).
+
+    Runs from a browser's ``kill``, or through ``weakref.finalize`` when it is garbage-
+    collected or the interpreter exits without closing it, so no Chrome outlives the
+    process that started it. Holds no reference to the browser.
+    """
+    pgid = leftovers.pop("pgid", None)
+    if pgid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    path = leftovers.pop("dir", None)
+    if path:
+        remove_dir(path)
+
+
 def _group_is_ours(pgid: int, base: str) -> bool:
     """Whether a live process in group ``pgid`` belongs to the browser of ``base``."""
     marker = os.fsencode(base) + b"/"  # Chrome: --user-data-dir=BASE/profile; all: TMPDIR=BASE/tmp

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import time
 import weakref
@@ -55,18 +54,6 @@ if (typeof window.__tackroomRefresh !== "function") { done([-1, window.__tackroo
 window.__tackroomRefresh().then(v => done([v, window.__tackroomError]),
                                 e => done([-1, String(e)]));
 """
-
-
-def _reap(leftovers: dict[str, Any]) -> None:
-    from tackroom.suites.miniwob import reaper
-
-    pgid = leftovers.pop("pgid", None)
-    if pgid is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-    path = leftovers.pop("dir", None)
-    if path:
-        reaper.remove_dir(path)
 
 
 def _short(exc: BaseException) -> str:
@@ -123,7 +110,7 @@ class Screenshotter:
         options.add_argument(f"--window-size={self.width},{self.height}")
         base = reaper.make_browser_dir()
         self._leftovers = {"dir": base}
-        self._finalizer = weakref.finalize(self, _reap, self._leftovers)
+        self._finalizer = weakref.finalize(self, reaper.reap, self._leftovers)
         scratch = os.path.join(base, "tmp")
         os.mkdir(scratch)
         options.add_argument(f"--user-data-dir={os.path.join(base, 'profile')}")
