@@ -176,7 +176,7 @@ class _Trained(dict):
 
     def __missing__(self, kind: str) -> DecisionModel:
         need(kind)
-        self[kind] = train_model(kind, TRAIN, seed=0, **({"threads": 2} if kind == "gbm" else {}))
+        self[kind] = train_model(kind, TRAIN, seed=0)
         return self[kind]
 
 

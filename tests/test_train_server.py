@@ -147,7 +147,11 @@ def test_training_over_http_hot_loads_each_version_and_matches_in_process(env, s
         assert h["loss"] == pytest.approx(lo["loss"], abs=1e-4)
     wa, wb = _adapter_weights(http.final), _adapter_weights(local.final)
     assert wa.keys() == wb.keys()
-    assert any(float(t.abs().max()) > 0 for k, t in wa.items() if "lora_B" in k)  # it learnt
+    # It learnt, when some batch had a signal (groups whose samples all tie give no gradient:
+    # which do depends on the start model, and so on the tokenizer's corpus).
+    moved = any(float(t.abs().max()) > 0 for k, t in wa.items() if "lora_B" in k)
+    assert moved == any(s["grad_norm"] > 0 for s in http_steps), \
+        [s["grad_norm"] for s in http_steps]
     # Within float noise: the server batches requests as they arrive (8 rows, padded),
     # in-process rollouts all 8 at once, so π_old differs in the 6th digit; Adam's first
     # steps amplify that on weights whose gradient is near zero. Measured: global relative

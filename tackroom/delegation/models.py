@@ -362,7 +362,10 @@ def _thread_limit(threads: int | None) -> Iterator[None]:
 def _train_gbm(examples: list[Example], seed: int, **options: Any) -> GBMModel:
     opts = _options("gbm", options, {"max_iter": 200, "learning_rate": 0.1,
                                      "max_leaf_nodes": 15, "min_samples_leaf": 5,
-                                     "l2_regularization": 1.0, "threads": None})
+                                     # One thread by default: the trees differ with the
+                                     # OpenMP thread count (which torch, in the same
+                                     # process, may have changed), and a fit must repeat.
+                                     "l2_regularization": 1.0, "threads": 1})
     try:
         from sklearn.ensemble import HistGradientBoostingClassifier
     except ImportError as e:

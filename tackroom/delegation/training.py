@@ -112,7 +112,8 @@ def train_model(kind: str, examples: Sequence[Example], *, seed: int = 0,
 
     - ``logistic``: ``l2`` (0.01), ``interactions`` (True), ``max_iter`` (500);
     - ``gbm``: ``max_iter`` (200), ``learning_rate`` (0.1), ``max_leaf_nodes`` (15),
-      ``min_samples_leaf`` (5), ``l2_regularization`` (1.0), ``threads`` (all);
+      ``min_samples_leaf`` (5), ``l2_regularization`` (1.0), ``threads`` (1: the trees
+      depend on the thread count, so a fixed one keeps a fit repeatable);
     - ``lm``: ``base`` (a local model directory; default: a fresh ``model init`` of
       ``size`` "tiny" in a temporary directory), ``epochs`` (3), ``lr`` (1e-3),
       ``max_len`` (192 tokens), ``batch`` (8 points per step), ``score`` ("mean" or
