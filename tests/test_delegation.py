@@ -195,10 +195,13 @@ def _episodes(harness: str, script, seeds, tasks=TASKS):
         return eps, len(srv.requests)
 
 
-def test_a_run_records_who_acted_and_what_the_llm_would_have_spent(fitted):
+def test_a_run_records_who_acted_and_what_the_llm_would_have_spent(fitted, tmp_path):
     # The LLM here only ever writes something unreadable: whatever succeeds is the
-    # decision model's doing, and every LLM turn is a real HTTP call.
-    eps, calls = _episodes(str(fitted["delegating"]), lambda req: text("I am not sure."),
+    # decision model's doing, and every LLM turn is a real HTTP call. One take-over per
+    # episode, so that the two-step tasks have LLM turns whatever the fitted τ.
+    once = _write(tmp_path / "once.toml", f'extends = "{fitted["delegating"]}"\n'
+                  "[delegation]\nmax_takeovers = 1\n")
+    eps, calls = _episodes(str(once), lambda req: text("I am not sure."),
                            seeds=range(100, 106))
     turns = [t for e in eps for t in e.turns]
     assert turns and all(t.delegation is not None for t in turns)
@@ -216,7 +219,9 @@ def test_a_run_records_who_acted_and_what_the_llm_would_have_spent(fitted):
         assert saved["prompt_tokens"] > 0 and saved["basis"]
     for t in by_llm:
         assert t.prompt_tokens > 0
-        assert all(p.get("p") is not None for p in t.delegation["points"])
+        # Asked and not confident, or not asked once the episode's one take-over was used.
+        asked = all(p.get("p") is not None for p in t.delegation["points"])
+        assert asked or "max_takeovers = 1 reached" in t.delegation.get("note", "")
     # The LLM alone fails every episode; the decision model solved some of them.
     assert any(e.outcome is Outcome.SUCCESS for e in eps)
 
