@@ -17,14 +17,18 @@ SDK) and each ``-n``, a fresh process runs ``tackroom.evaluate`` with
 * calls/s and its fraction of the ideal ``n / latency`` (wall time from the
   run's start, after planning and the server check, to its end);
 * client CPU per call: the process's user + system CPU over the run / calls
-  (everything: runner, harness, environments, record store, the client);
+  (everything: runner, harness, environments, record store, the client, and the
+  record converter process);
 * peak memory: the process's ``ru_maxrss``, and per episode in flight (``KiB/ep``):
   (peak − the resident memory when the run started) / ``n``. At small ``n`` that is
   mostly the run's fixed costs, so the lines under the table give the slope between
   rows, what one more episode in flight costs: it stays the same with more
   ``--rounds`` when finished episodes are let go;
 * threads: the most threads the process had while episodes finished (no thread per
-  episode: it stays flat as ``n`` grows).
+  episode: it stays flat as ``n`` grows);
+* conv MiB: the peak memory of the record converter process, which makes the rows from
+  ``OFFLOAD_AT`` (256) episodes in flight on (``tackroom.records.converter``; 0 below,
+  where the writer thread does it). CPU per call counts its CPU too.
 
 Usage: .venv/bin/python bench/concurrency.py [--n 64,256,1024] [--clients lean,sdk]
        [--latency 0.5] [--rounds 2]
@@ -169,8 +173,9 @@ def serve_in_process(latency: float = 0.5, model: str = "M") -> tuple[mp.Process
 
 # ------------------------------------------------------------------ one cell
 def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+    """CPU seconds of this process and of its children that ended (the record converter)."""
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def _rss_mib() -> float:
@@ -212,6 +217,7 @@ def one(client: str, n: int, base_url: str, rounds: int) -> dict[str, Any]:
         wall, cpu = time.perf_counter() - started[0][0], _cpu() - started[0][1]
     return {"client": client, "n": n, "calls": calls, "wall_s": wall, "cpu_s": cpu,
             "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "child_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
             "start_rss_mib": started[0][2], "threads": threads, "outcomes": outcomes}
 
 
@@ -277,7 +283,7 @@ def main() -> None:
           "(first and last turn left out)")
     print(f"{'client':<7}{'n':>6}{'calls':>7}{'wall s':>8}{'ideal/s':>8}{'run/s':>8}"
           f"{'of ideal':>9}{'steady/s':>9}{'of ideal':>9}{'CPU ms/call':>12}{'peak MiB':>9}"
-          f"{'KiB/ep':>7}{'threads':>8}{'server ms/call':>15}")
+          f"{'KiB/ep':>7}{'threads':>8}{'conv MiB':>9}{'server ms/call':>15}")
     for r in rows:
         ideal = r["n"] / a.latency
         rate = r["calls"] / r["wall_s"]
@@ -286,7 +292,8 @@ def main() -> None:
         print(f"{r['client']:<7}{r['n']:>6}{r['calls']:>7}{r['wall_s']:>8.2f}{ideal:>8.0f}"
               f"{rate:>8.1f}{rate / ideal:>9.2f}{steady:>9.1f}{steady / ideal:>9.2f}"
               f"{1000 * r['cpu_s'] / r['calls']:>12.3f}{r['maxrss_mib']:>9.0f}"
-              f"{per_ep:>7.0f}{r['threads']:>8}{1000 * r['server_cpu_s'] / r['calls']:>15.3f}")
+              f"{per_ep:>7.0f}{r['threads']:>8}{r['child_mib']:>9.0f}"
+              f"{1000 * r['server_cpu_s'] / r['calls']:>15.3f}")
     by = {(r["client"], r["n"]): r for r in rows}
     for client in a.clients.split(","):
         mine = sorted((r for r in rows if r["client"] == client), key=lambda r: r["n"])

@@ -54,7 +54,7 @@ class HarnessSession:
         self._render = RENDERERS[spec.observation["renderer"]]
         self._render_opts = {"max_chars": spec.observation["max_chars"],
                              **spec.observation["options"]}
-        self._tools = self.parser.tools(self.interface)
+        self._tools = spec.tools
         self.history = int(spec.loop["history"])
         self.per_turn = int(spec.loop["actions_per_turn"])
         self._system = self._system_prompt()

@@ -174,6 +174,15 @@ class HarnessSpec:
     def parser(self) -> Any:
         return registry.PARSERS[self.actions["parser"]]
 
+    @functools.cached_property
+    def tools(self) -> list[dict[str, Any]] | None:
+        """The tool schemas the model is sent (``None`` for text formats), built once.
+
+        Every episode of the harness shares this list (a client may key its encoding
+        on it): read it, never change it.
+        """
+        return self.parser.tools(self.interface)
+
 
 def search_path() -> list[Path]:
     """Where harness names are looked up: ``$TACKROOM_HARNESS_PATH``, ``./harnesses``, built-ins

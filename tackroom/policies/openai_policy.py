@@ -108,17 +108,35 @@ _CONTEXT_WORDS = ("context length", "context_length", "maximum context", "contex
                   "too long", "max_model_len", "maximum model length")
 
 
+#: JSON as the lean client sends it (compact, UTF-8 as it is).
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 class _LeanClient:
     """The body built as a dict, stdlib JSON, :class:`LeanHTTP` (see the module docstring)."""
 
     def __init__(self, base_url: str, key: str, max_idle: int) -> None:
         self.http = LeanHTTP(base_url, {"Authorization": f"Bearer {key}"}, max_idle=max_idle)
+        # The tool schemas of the last request, encoded: a harness sends the same list
+        # object every turn (HarnessSpec.tools), and its nested dicts cost as much to
+        # encode as the whole conversation. Held here, so its id cannot be reused.
+        self._tools: tuple[Any, bytes] | None = None
+
+    def _body(self, fields: dict[str, Any], extra: dict[str, Any]) -> bytes:
+        # Extra fields go in last and win, as the SDK's ``extra_body`` does.
+        body = {**fields, **extra} if extra else fields
+        tools = body.get("tools")
+        if not tools:
+            return _encode(body).encode()
+        known = self._tools
+        if known is None or known[0] is not tools:
+            known = self._tools = (tools, _encode(tools).encode())
+        rest = _encode({k: v for k, v in body.items() if k != "tools"}).encode()
+        return b"%s,\"tools\":%s}" % (rest[:-1], known[1])
 
     async def chat(self, fields: dict[str, Any], extra: dict[str, Any],
                    max_bytes: int) -> Attempt:
-        # Extra fields go in last and win, as the SDK's ``extra_body`` does.
-        body = {**fields, **extra} if extra else fields
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        data = self._body(fields, extra)
         try:
             resp = await self.http.request("POST", "/chat/completions", data, limit=max_bytes,
                                            error_limit=MAX_OTHER_BODY_BYTES, raise_over=True)

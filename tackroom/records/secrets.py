@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["REDACTED", "MIN_SECRET_CHARS", "may_hold_secret", "register_secret", "scrub",
-           "scrub_text"]
+           "scrub_text", "live_secrets", "set_live_secrets"]
 
 #: What a secret is replaced with.
 REDACTED = "[redacted]"
@@ -121,6 +121,18 @@ def register_secret(value: str | None) -> bool:
             pairs = [*_LIVE, (value, json.dumps(value)[1:-1])]
             _LIVE = tuple(sorted(pairs, key=lambda p: -len(p[0])))
     return True
+
+
+def live_secrets() -> tuple[tuple[str, str], ...]:
+    """The registered secrets (each with its JSON-escaped form), to hand to another process."""
+    return _LIVE
+
+
+def set_live_secrets(live: tuple[tuple[str, str], ...]) -> None:
+    """Make ``live`` (from :func:`live_secrets` in another process) this process's secrets."""
+    global _LIVE
+    with _LIVE_LOCK:
+        _LIVE = tuple(live)
 
 
 def _scrub_live(text: str) -> str:

@@ -520,12 +520,30 @@ class RecordStore:
                     self._flush_error = earlier
                     self._raise_flush_error()
 
+    def append_tables(self, episodes: pa.Table, turns: pa.Table) -> None:
+        """Record the episodes of prepared tables now, in one transaction.
+
+        The tables are what :func:`tackroom.records.converter.convert_batch` makes
+        (rows already validated and scrubbed, each episode id once): the runner's
+        writer converts in a process of its own and hands the result here. Episodes
+        queued by :meth:`append` are committed first, so the newest write still wins.
+        """
+        self._writable()
+        with self._db_lock:
+            self._flush_locked()
+            self._write_tables(episodes, turns)
+
     def _write(self, batch: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> None:
         if not batch:
             return
+        self._write_tables(arrow_table([e for e, _ in batch], EPISODE_SCHEMA),
+                           arrow_table([t for _, ts in batch for t in ts], TURN_SCHEMA))
+
+    def _write_tables(self, episodes: pa.Table, turns: pa.Table) -> None:
+        batch = episodes.num_rows
+        if not batch:
+            return
         con = self._db()
-        episodes = arrow_table([e for e, _ in batch], EPISODE_SCHEMA)
-        turns = arrow_table([t for _, ts in batch for t in ts], TURN_SCHEMA)
         con.register("_tackroom_new_episodes", episodes)
         con.register("_tackroom_new_turns", turns)
         try:
@@ -534,9 +552,9 @@ class RecordStore:
             except duckdb.ConstraintException:
                 # Some ids exist already: replace them (delete + insert, one transaction).
                 self._insert(con, replace=True)
-            self._beat(con, {e["run_id"] for e, _ in batch})
+            self._beat(con, episodes)
         except duckdb.Error as exc:
-            raise RecordStoreError(f"writing {len(batch)} episode(s) failed: {exc}",
+            raise RecordStoreError(f"writing {batch} episode(s) failed: {exc}",
                                    str(self.path),
                                    "those episodes were not recorded; re-run with --resume"
                                    ) from exc
@@ -544,12 +562,14 @@ class RecordStore:
             con.unregister("_tackroom_new_episodes")
             con.unregister("_tackroom_new_turns")
 
-    def _beat(self, con: duckdb.DuckDBPyConnection, run_ids: set[str]) -> None:
-        """Note that this process is alive and writing ``run_ids`` (at most every few seconds)."""
+    def _beat(self, con: duckdb.DuckDBPyConnection, episodes: pa.Table) -> None:
+        """Note that this process is alive and writing the runs of ``episodes`` (at most
+        every few seconds)."""
         now = time.time()
         if now - self._last_beat < HEARTBEAT_S:
             return
         self._last_beat = now
+        run_ids = set(episodes.column("run_id").to_pylist())
         con.execute("UPDATE runs SET heartbeat_at = ? WHERE status = 'running' AND "
                     f"run_id IN ({', '.join('?' * len(run_ids))})", [now, *sorted(run_ids)])
 

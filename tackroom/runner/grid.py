@@ -15,6 +15,7 @@ import gc
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -125,20 +126,33 @@ def resume_attempts(plan: GridPlan, recorded: dict[str, str]) -> tuple[list[Epis
     return todo, done
 
 
-class _Writer:
-    """Hands each finished episode to the store, off the event loop; the store batches.
+#: Runs with at least this many episodes in flight convert their records in a process
+#: of their own (:mod:`tackroom.records.converter`); smaller ones on the writer thread,
+#: where the child's start-up would cost more than it saves.
+OFFLOAD_AT = 256
+#: Most episodes the writer converts and commits together.
+WRITE_BATCH = 256
 
-    :meth:`RecordStore.append` converts the episode to rows (scrubbing every
-    message of every turn) and queues them; its background flusher
-    group-commits within ``commit_interval``. The conversion is CPU work: with
-    a thousand episodes in flight that end together it held the event loop for
-    about a second, every model reply waiting behind it (``bench/concurrency.py``).
-    So ``add`` puts the episode on a queue and one writer thread appends from
-    it, running while the loop waits on the network. Nothing is held back for
-    long — a crash loses at most the episodes in flight and the few queued —
-    and ``flush`` drains the queue, then commits the store's queue now; an
-    error the store raised (a bad episode) is raised by the next ``add`` or by
-    ``flush``. A store without ``append`` / ``flush`` (a test double with only
+
+class _Writer:
+    """Hands each finished episode to the store, off the event loop, in batches.
+
+    Turning an episode into rows is CPU work (every message of every turn scrubbed
+    and JSON-encoded): with a thousand episodes in flight that end together it held
+    the event loop for about a second, every model reply waiting behind it
+    (``bench/concurrency.py``). So ``add`` puts the episode on a queue and one
+    writer thread takes what has queued, up to :data:`WRITE_BATCH` at a time. With
+    ``offload`` that thread hands the batch to a :class:`~tackroom.records.converter.RowConverter`
+    process and commits the tables it returns (:meth:`RecordStore.append_tables`),
+    so the conversion does not even share the run's interpreter lock; without it,
+    or once that process is lost, the thread converts itself (:meth:`RecordStore.append`,
+    whose background flusher group-commits). A batch the converter refuses (bad
+    data) is converted again on the thread, which raises the store's own error.
+
+    Nothing is held back for long — a crash loses at most the episodes in flight and
+    the few queued — and ``flush`` drains the queue, then commits the store's queue
+    now; an error the store raised (a bad episode) is raised by the next ``add`` or
+    by ``flush``. A store without ``append`` / ``flush`` (a test double with only
     ``append_many``) gets one episode per call, at once, on the caller's thread.
 
     At most ``backlog`` episodes wait in the queue: when the store falls behind,
@@ -149,13 +163,17 @@ class _Writer:
 
     _DONE = object()
 
-    def __init__(self, store, backlog: int) -> None:
+    def __init__(self, store, backlog: int, offload: bool = False) -> None:
         self.store = store
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._room = asyncio.Semaphore(max(1, backlog))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self.offload = offload and hasattr(store, "append_tables")
+        self._converter = None
+        #: Episodes whose rows the converter process made (for tests and the bench).
+        self.offloaded = 0
 
     async def add(self, ep: Episode) -> None:
         if self.store is None:
@@ -166,6 +184,12 @@ class _Writer:
             return
         if self._thread is None:
             self._loop = asyncio.get_running_loop()
+            if self.offload:
+                from tackroom.records.converter import ConverterLost, RowConverter
+                try:
+                    self._converter = RowConverter(self.store.blobs.root)
+                except ConverterLost:
+                    self.offload = False
             self._thread = threading.Thread(target=self._drain, name="tackroom-writer",
                                             daemon=True)
             self._thread.start()
@@ -174,18 +198,55 @@ class _Writer:
 
     def _drain(self) -> None:
         assert self._loop is not None
-        while True:
-            ep = self._queue.get()
-            if ep is self._DONE:
-                return
-            # After a failed append the run is failing: the rest is dropped, as a crash would.
-            if self._error is None:
+        done = False
+        while not done:
+            batch: list[Episode] = []
+            item = self._queue.get()
+            while True:
+                if item is self._DONE:
+                    done = True
+                    break
+                batch.append(item)  # type: ignore[arg-type]
+                if len(batch) >= WRITE_BATCH:
+                    break
                 try:
-                    self.store.append(ep)
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            # After a failed append the run is failing: the rest is dropped, as a crash would.
+            if batch and self._error is None:
+                try:
+                    self._write(batch)
                 except BaseException as e:  # noqa: BLE001 - raised on the run's thread instead
                     self._error = e
-            del ep  # not held while waiting for the next one
-            self._loop.call_soon_threadsafe(self._room.release)
+            if batch:
+                n = len(batch)
+                del batch, item  # not held while waiting for the next ones
+                self._loop.call_soon_threadsafe(self._release, n)
+        if self._converter is not None:
+            self._converter.close()
+            self._converter = None
+
+    def _write(self, batch: list[Episode]) -> None:
+        if self._converter is not None:
+            from tackroom.records.converter import ConverterLost
+            try:
+                tables = self._converter.convert(batch, time.time())
+            except ConverterLost:
+                self._converter.close()
+                self._converter = None  # this batch and the rest: on this thread
+            except ValueError:
+                pass  # a bad episode: converted again below, for the store's own error
+            else:
+                self.store.append_tables(*tables)
+                self.offloaded += len(batch)
+                return
+        for ep in batch:
+            self.store.append(ep)
+
+    def _release(self, n: int) -> None:
+        for _ in range(n):
+            self._room.release()
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -261,7 +322,8 @@ async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
                     store=None, concurrency: int = 4,
                     on_episode: Callable[[Episode], None] | None = None,
                     pool_size: int | None = None,
-                    executor: Executor | None = None, keep: bool = True) -> list[Episode]:
+                    executor: Executor | None = None, keep: bool = True,
+                    writer: str = "auto") -> list[Episode]:
     """Run the cells, ``concurrency`` at a time; return the final episode of each cell.
 
     Each finished episode goes to ``store`` (if given) and to ``on_episode``.
@@ -276,6 +338,10 @@ async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
     :func:`tackroom.runner.ray_workers.ray_executor`); the caller owns and
     closes it. Without one, episodes run here on a pool of ``pool_size``
     (default ``concurrency``) environments.
+
+    ``writer`` says where finished episodes become rows: ``"process"`` (a converter
+    process of their own, off this interpreter's lock), ``"thread"`` (the writer
+    thread), or ``"auto"``: a process from :data:`OFFLOAD_AT` episodes in flight.
     """
     owned = executor is None
     runner: Executor = LocalExecutor(suite, pool_size or concurrency) if executor is None \
@@ -283,7 +349,10 @@ async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
     queue: asyncio.Queue[EpisodeSpec] = asyncio.Queue()
     for c in cells:
         queue.put_nowait(c)
-    writer = _Writer(store, backlog=concurrency)
+    offload = {"auto": concurrency >= OFFLOAD_AT, "process": True, "thread": False}.get(writer)
+    if offload is None:
+        raise ValueError(f"writer must be 'auto', 'process' or 'thread', not {writer!r}")
+    recorder = _Writer(store, backlog=concurrency, offload=offload)
     finals: list[Episode] = []
 
     async def worker() -> None:
@@ -294,7 +363,7 @@ async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
                 return
             while True:
                 ep = await runner.run(cell, run_id)
-                await writer.add(ep)
+                await recorder.add(ep)
                 if on_episode is not None:
                     on_episode(ep)
                 if ep.outcome is Outcome.INFRA_ERROR and cell.attempt < INFRA_RETRIES:
@@ -316,13 +385,13 @@ async def run_cells(cells: Sequence[EpisodeSpec], suite: Suite, run_id: str, *,
             await asyncio.gather(*workers)
     except PolicyError as e:
         if isinstance(e.episode, Episode):
-            await writer.add(e.episode)
+            await recorder.add(e.episode)
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
         raise
     finally:
-        writer.flush()
+        recorder.flush()
         if owned:
             await runner.aclose()
     return finals
