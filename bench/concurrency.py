@@ -198,6 +198,25 @@ def one(client: str, n: int, base_url: str, rounds: int) -> dict[str, Any]:
     outcomes: dict[str, int] = {}
     started: list[tuple[float, float, float]] = []
 
+    # The converter's own peak (VmHWM), read just before it is ended: RUSAGE_CHILDREN's
+    # ru_maxrss would also count any short-lived fork at this process's size.
+    from tackroom.records.converter import RowConverter
+    converter_peak = [0.0]
+    close = RowConverter.close
+
+    def closing(self: Any) -> None:
+        proc = getattr(self, "_proc", None)
+        if proc is not None:
+            try:
+                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        converter_peak[0] = max(converter_peak[0], int(line.split()[1]) / 1024)
+            except OSError:
+                pass
+        close(self)
+
+    RowConverter.close = closing  # type: ignore[method-assign]
+
     def on_start(_start: Any) -> None:
         started.append((time.perf_counter(), _cpu(), _rss_mib()))
 
@@ -217,7 +236,7 @@ def one(client: str, n: int, base_url: str, rounds: int) -> dict[str, Any]:
         wall, cpu = time.perf_counter() - started[0][0], _cpu() - started[0][1]
     return {"client": client, "n": n, "calls": calls, "wall_s": wall, "cpu_s": cpu,
             "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "child_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+            "child_mib": converter_peak[0],
             "start_rss_mib": started[0][2], "threads": threads, "outcomes": outcomes}
 
 

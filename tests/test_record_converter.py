@@ -114,6 +114,29 @@ def test_a_bad_episode_is_refused_with_the_reason(tmp_path: Path):
         conv.close()
 
 
+def test_what_pickle_cannot_take_is_refused_without_losing_the_child(tmp_path: Path):
+    odd = _secret_episode("y")
+    odd.meta = {"hook": lambda: None}  # the store writes str() of it; pickle cannot
+    conv = RowConverter(tmp_path / "blobs")
+    try:
+        with pytest.raises(ValueError, match="cannot hand the batch"):
+            conv.convert([odd], 0.0)
+        assert conv.convert([_secret_episode("y")], 0.0)[0].num_rows == 1
+    finally:
+        conv.close()
+    # Through the runner's writer: converted on the thread instead, and recorded.
+    with RecordStore(tmp_path / "s.duckdb") as store:
+        store.start_run("r", command="eval", config={}, n_planned=1)
+        w = grid._Writer(store, backlog=4, offload=True)
+
+        async def go() -> None:
+            await w.add(odd)
+            w.flush()  # in the loop, as run_cells does
+
+        asyncio.run(go())
+        assert store.count("r") == 1 and w.offloaded == 0
+
+
 def test_a_dead_converter_says_so_and_a_closed_one_too(tmp_path: Path):
     conv = RowConverter(tmp_path / "blobs")
     assert conv._proc is not None

@@ -193,6 +193,8 @@ def main() -> None:
     ap.add_argument("--gated-only", action="store_true",
                     help="train and evaluate only the gated run (at the last β)")
     ap.add_argument("--threads", default="1")
+    ap.add_argument("--size", default="tiny", choices=("tiny", "small"),
+                    help="π_0's model size (tackroom.models.init_model)")
     a = ap.parse_args()
     try:
         run_experiment(a)
@@ -218,8 +220,8 @@ def run_experiment(a: argparse.Namespace) -> None:
     t_start = time.perf_counter()
 
     # 1. π_0: a tiny model, SFT'd briefly on expert episodes.
-    with step("tiny model"):
-        init_model(work / "tiny", size="tiny", corpus=harness_corpus(seeds=(0,)), seed=0)
+    with step(f"{a.size} model"):
+        init_model(work / "tiny", size=a.size, corpus=harness_corpus(seeds=(0,)), seed=0)
     with step("expert episodes"):
         tackroom.evaluate(suite="toy", tasks=TASKS, harnesses=[HARNESS], policies=["expert"],
                           seeds=range(a.expert_seeds), store=db, run_id="expert")

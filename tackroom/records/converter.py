@@ -82,14 +82,14 @@ def _table(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-def _send(out: IO[bytes], obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+def _send(out: IO[bytes], data: bytes) -> None:
     out.write(_LEN.pack(len(data)))
     out.write(data)
     out.flush()
 
 
-def _receive(inp: IO[bytes]) -> Any:
+def _receive(inp: IO[bytes]) -> bytes:
+    """One frame's bytes (``EOFError`` when the stream ends)."""
     head = inp.read(_LEN.size)
     if len(head) < _LEN.size:
         raise EOFError
@@ -97,7 +97,11 @@ def _receive(inp: IO[bytes]) -> Any:
     data = inp.read(size)
     if len(data) < size:
         raise EOFError
-    return pickle.loads(data)
+    return data
+
+
+def _dumps(obj: Any) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class RowConverter:
@@ -129,13 +133,18 @@ class RowConverter:
         Raises :class:`ConverterLost` when the child died, and ``ValueError`` with
         the child's message when an episode could not be converted (bad data).
         """
+        try:
+            data = _dumps((live_secrets(), now, episodes))
+        except Exception as e:  # noqa: BLE001 - an object pickle cannot take: not the child's fault
+            raise ValueError(f"cannot hand the batch to the row converter: {e}") from None
         with self._lock:
             proc = self._proc
             if proc is None or proc.stdin is None or proc.stdout is None:
                 raise ConverterLost("the row converter is closed")
             try:
-                _send(proc.stdin, (live_secrets(), now, episodes))
-                reply = _receive(proc.stdout)
+                _send(proc.stdin, data)
+                del data
+                reply = pickle.loads(_receive(proc.stdout))
             except (OSError, EOFError, pickle.UnpicklingError) as e:
                 self._kill()
                 raise ConverterLost(f"the row converter died: {type(e).__name__}") from None
@@ -187,17 +196,19 @@ def _serve(blob_root: str) -> None:
     sys.stdout = sys.stderr
     while True:
         try:
-            live, now, episodes = _receive(inp)
+            frame = _receive(inp)
         except EOFError:
             return
-        set_live_secrets(live)
         try:
+            live, now, episodes = pickle.loads(frame)
+            del frame
+            set_live_secrets(live)
             eps, turns = convert_batch(episodes, now, blobs)
+            del episodes
             reply: tuple[Any, ...] = ("ok", _ipc(eps), _ipc(turns))
         except Exception as e:  # noqa: BLE001 - reported to the parent, which converts again
             reply = ("error", f"{type(e).__name__}: {e}")
-        del episodes
-        _send(out, reply)
+        _send(out, _dumps(reply))
 
 
 if __name__ == "__main__":

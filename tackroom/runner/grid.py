@@ -32,7 +32,7 @@ from tackroom.runner.episode import EpisodeSpec, run_episode
 #: How many times an infra-failed episode is retried within the same run.
 INFRA_RETRIES = 1
 #: The youngest GC generation's threshold while a run is in progress (CPython's is 700).
-RUN_GC_THRESHOLD = 20_000
+RUN_GC_THRESHOLD = 100_000
 #: Threads per CPU for blocking environment calls (``TACKROOM_ENV_THREADS`` overrides).
 ENV_THREADS_PER_CPU = 2
 
@@ -222,7 +222,8 @@ class _Writer:
             if batch:
                 n = len(batch)
                 del batch, item  # not held while waiting for the next ones
-                self._loop.call_soon_threadsafe(self._release, n)
+                with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                    self._loop.call_soon_threadsafe(self._release, n)
         if self._converter is not None:
             self._converter.close()
             self._converter = None
