@@ -234,3 +234,74 @@ def test_reflection_after_action_error_only_where_the_harness_says():
 
 def test_all_builtin_parsers_are_registered():
     assert {"tool_calls", "commands", "json"} <= set(PARSERS)
+
+
+def _text_harness(tmp_path: Path, parser: str = "commands") -> HarnessSession:
+    p = write(tmp_path, "by-text", 'extends = "som-tools"\nactions.interface = "element_text"\n'
+              f'actions.parser = "{parser}"\n')
+    return HarnessSession(load_harness(str(p)), "task")
+
+
+def test_element_text_clicks_what_the_page_shows_that_text(tmp_path):
+    session = _text_harness(tmp_path)
+    obs = Observation("Click Go.", elements=[
+        Element(1, "body"),
+        Element(2, "div", "Go", parent=1),       # a box that only holds the button
+        Element(3, "button", "Go", parent=2),
+        Element(4, "a", "Stop", parent=1),
+        Element(5, "a", "Stop", parent=1),
+    ])
+    session.render(obs)  # the page the next reply acts on
+
+    def click(text: str):
+        return session.parse(PolicyResponse(text=f'```\nclick "{text}"\n```'))
+
+    assert click("Go").actions == [Click(3)]           # the innermost of the two
+    assert click("Stop").actions == [Click(4)]         # of equals, the first
+    assert click("  stop ").actions == [Click(4)]      # no exact match: case and space ignored
+    missing = click("Submit")
+    assert missing.actions == [] and "no element shows the text 'Submit'" in missing.error
+    assert session.parse(PolicyResponse(text='```\npress "Enter"\n```')).actions == [
+        Press("Enter")]
+    # The next page is the one the next reply is read against.
+    session.render(Observation("x", elements=[Element(1, "body"), Element(7, "button", "Go",
+                                                                          parent=1)]))
+    assert click("Go").actions == [Click(7)]
+
+
+def test_element_text_expert_writes_a_label_and_only_one_that_leads_back(tmp_path):
+    obs = Observation("x", elements=[
+        Element(1, "body"), Element(3, "button", "ONE", parent=1),
+        Element(4, "a", "two", parent=1), Element(5, "span", "TWO", parent=1),
+        Element(6, "input_text", "", parent=1), Element(7, "a", "two", parent=1)])
+    for parser in ("commands", "tool_calls"):
+        session = _text_harness(tmp_path, parser)
+        session.render(obs)
+        response = session.encode([Click(3)], obs)
+        assert response is not None
+        assert session.parse(response).actions == [Click(3)]
+        assert session.parse(session.encode([Click(5)], obs)).actions == [Click(5)]  # exact
+        assert session.encode([Click(7)], obs) is None   # "two" reaches the first "two", 4
+        assert session.encode([Click(6)], obs) is None   # no text to name it by
+        assert session.encode([Type(6, "hi")], obs) is None
+    tools = _text_harness(tmp_path, "tool_calls").tools
+    assert tools is not None
+    click = next(t for t in tools if t["function"]["name"] == "click")
+    assert click["function"]["parameters"]["properties"]["text"]["type"] == "string"
+
+
+def test_element_text_harness_runs_click_tasks_and_leaves_typing_out(tmp_path, monkeypatch):
+    import tackroom
+
+    (tmp_path / "harnesses").mkdir()
+    (tmp_path / "harnesses" / "by-text.toml").write_text(
+        'extends = "html-commands"\nobservation.renderer = "element_list"\n'
+        'actions.interface = "element_text"\n')
+    monkeypatch.setenv("TACKROOM_HARNESS_PATH", str(tmp_path / "harnesses"))
+    run = tackroom.evaluate(suite="toy", tasks=["click-button", "click-link", "enter-text"],
+                            harnesses=["by-text"], policies=["expert"], seeds=range(3),
+                            store=tmp_path / "r.duckdb")
+    episodes = run.load_episodes()
+    assert sorted({ep.task for ep in episodes}) == ["toy/click-button", "toy/click-link"]
+    assert all(ep.outcome.value == "success" for ep in episodes)
+    assert all(ep.turns[-1].raw_text.count('click "') == 1 for ep in episodes)

@@ -47,11 +47,19 @@ from tackroom.testing.harnesses import command_harness
 
 EVAL_SEED_BASE = 1_000_000  # tackroom.train.rollouts.EVAL_SEED_BASE: never a training seed
 TASKS = ["click-button", "click-link"]
-HARNESS = "list-cmd"
-# Numbered element list; one text command per turn; one turn (tackroom.testing.harnesses).
-HARNESS_TOML = command_harness(
-    HARNESS, description="Numbered element list; one text command per turn; one turn.",
-    turns=1, max_chars=4000, system="You are a web agent. Act on an element by its reference number.")
+#: The harnesses π_0 can be trained and sampled under (tackroom.testing.harnesses): the same
+#: numbered element list, one text command, one turn; they differ in how a click names its
+#: element — by reference number (``click 9``) or by the text it shows (``click "frost"``).
+HARNESSES = {
+    "list-cmd": command_harness(
+        "list-cmd", description="Numbered element list; one text command per turn; one turn.",
+        turns=1, max_chars=4000,
+        system="You are a web agent. Act on an element by its reference number."),
+    "text-cmd": command_harness(
+        "text-cmd", description="Numbered element list; click by the element's text; one turn.",
+        turns=1, max_chars=4000, interface="element_text",
+        system="You are a web agent. Act on an element by the text it shows."),
+}
 MAX_TOKENS = 16
 #: The per-instance group key: the advantage compares the G samples of one (task, seed),
 #: the context the tilt is taken in.
@@ -88,7 +96,7 @@ device = "cpu"
 [data]
 suite = "toy"
 tasks = {json.dumps(TASKS)}
-harnesses = ["{HARNESS}"]
+harnesses = ["{a.harness}"]
 tasks_per_step = {a.tasks_per_step}
 reward = "proxy:near-miss"
 verifier = false
@@ -100,13 +108,13 @@ checkpoint_every = 0
 """
 
 
-def sample(policy: str, seeds: range, group: int, db: str, label: str) -> list[str]:
-    """``group`` temperature-1 runs of ``policy`` over ``seeds``; their run ids."""
+def sample(policy: str, seeds: range, group: int, db: str, label: str, harness: str) -> list[str]:
+    """``group`` temperature-1 runs of ``policy`` under ``harness`` over ``seeds``; their run ids."""
     from tackroom.core.policy import Sampling
 
     ids = []
     for g in range(group):
-        run = tackroom.evaluate(suite="toy", tasks=TASKS, harnesses=[HARNESS], policies=[policy],
+        run = tackroom.evaluate(suite="toy", tasks=TASKS, harnesses=[harness], policies=[policy],
                                 seeds=seeds, store=db, run_id=f"{label}-{g}",
                                 sampling=Sampling(temperature=1.0, max_tokens=MAX_TOKENS),
                                 concurrency=32)
@@ -193,6 +201,11 @@ def main() -> None:
     ap.add_argument("--gated-only", action="store_true",
                     help="train and evaluate only the gated run (at the last β)")
     ap.add_argument("--threads", default="1")
+    ap.add_argument("--harness", default="list-cmd", choices=sorted(HARNESSES),
+                    help="how a click names its element: list-cmd (by number) or text-cmd "
+                         "(by its text)")
+    ap.add_argument("--word-tokens", action="store_true",
+                    help="train π_0's tokenizer on every toy label word too (one token each)")
     ap.add_argument("--size", default="tiny", choices=("tiny", "small"),
                     help="π_0's model size (tackroom.models.init_model)")
     a = ap.parse_args()
@@ -214,28 +227,36 @@ def run_experiment(a: argparse.Namespace) -> None:
     shutil.rmtree(work, ignore_errors=True)
     (work / "harnesses").mkdir(parents=True)
     os.environ["TACKROOM_HARNESS_PATH"] = str(work / "harnesses")
-    (work / "harnesses" / f"{HARNESS}.toml").write_text(HARNESS_TOML)
+    (work / "harnesses" / f"{a.harness}.toml").write_text(HARNESSES[a.harness])
     db = str(work / "runs.duckdb")
     threads = int(a.threads)
     t_start = time.perf_counter()
 
     # 1. π_0: a tiny model, SFT'd briefly on expert episodes.
     with step(f"{a.size} model"):
-        init_model(work / "tiny", size=a.size, corpus=harness_corpus(seeds=(0,)), seed=0)
+        corpus = harness_corpus(seeds=(0,))
+        if a.word_tokens:
+            # Every label the toy pages draw from, as the pages quote it, a few times over, so
+            # that the tokenizer learns each as one token (seed 0's pages alone leave about a
+            # third of them in pieces: "juniper" is j·un·i·per).
+            from tackroom.suites.toy.tasks import WORDS
+
+            corpus += [" ".join(f'"{w}"' for w in WORDS)] * 8
+        init_model(work / "tiny", size=a.size, corpus=corpus, seed=0)
     with step("expert episodes"):
-        tackroom.evaluate(suite="toy", tasks=TASKS, harnesses=[HARNESS], policies=["expert"],
+        tackroom.evaluate(suite="toy", tasks=TASKS, harnesses=[a.harness], policies=["expert"],
                           seeds=range(a.expert_seeds), store=db, run_id="expert")
     with step(f"SFT ({a.sft_epochs:g} epochs)"):
         sft = tackroom.sft(SFTConfig(
             model=str(work / "tiny"), out=str(work / "sft"),
-            selection=Selection(harnesses=(HARNESS,)),
+            selection=Selection(harnesses=(a.harness,)),
             optim=OptimSettings(lr=a.sft_lr, warmup_steps=2), epochs=a.sft_epochs, batch_size=8,
             checkpoint_every=1000, threads=threads), store=db)
     start = str(sft.final)
 
     # 2. π_0's outcomes and proxy rewards, G samples per training instance.
     with step(f"π_0 records: {len(TASKS)} tasks × {a.start_seeds} seeds × G = {a.group}"):
-        start_runs = sample(f"hf:{start}", range(a.start_seeds), a.group, db, "start")
+        start_runs = sample(f"hf:{start}", range(a.start_seeds), a.group, db, "start", a.harness)
     outcomes, rewards, groups = records(db, start_runs)
     labels = ("success", "near-miss", "other")
     gated = [r if o == "success" else 0.0 for o, r in zip(outcomes, rewards, strict=True)]
@@ -266,12 +287,12 @@ def run_experiment(a: argparse.Namespace) -> None:
             train_logs[name] = st.train_steps(rl.run_id)
         with step(f"evaluate {name}"):
             ev = sample(f"hf:{rl.final}", range(EVAL_SEED_BASE, EVAL_SEED_BASE + a.eval_seeds),
-                        1, db, f"eval-{slug}")
+                        1, db, f"eval-{slug}", a.harness)
         o, _, _ = records(db, ev)
         observed[name] = {lab: o.count(lab) for lab in labels}
     with step("evaluate π_0 on held-out seeds"):
         ev = sample(f"hf:{start}", range(EVAL_SEED_BASE, EVAL_SEED_BASE + a.eval_seeds), 1, db,
-                    "eval-start")
+                    "eval-start", a.harness)
     o, _, _ = records(db, ev)
     observed_start = {lab: o.count(lab) for lab in labels}
 

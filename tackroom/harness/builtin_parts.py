@@ -29,6 +29,7 @@ RENDERERS = {
 #: Action interfaces, each registered under its ``name``.
 INTERFACES: tuple[interfaces.ActionInterface, ...] = (
     interfaces.ElementRefInterface(),
+    interfaces.ElementTextInterface(),
     interfaces.CoordinateInterface(),
     coding.EditBlockInterface(),
     coding.ACIInterface("aci", window=100, lint=True),

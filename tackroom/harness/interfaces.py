@@ -101,6 +101,15 @@ class ActionInterface:
         """Environment actions for one validated call."""
         raise NotImplementedError
 
+    def resolve(self, call: Call, obs: Observation | None) -> list[Action]:
+        """Environment actions for a call the model made while it was shown ``obs``.
+
+        Most vocabularies name their target outright (a reference number, a
+        position), so this is :meth:`to_actions`; one that names elements by
+        what they say (:class:`ElementTextInterface`) looks them up in ``obs``.
+        """
+        return self.to_actions(call)
+
     def express(self, action: Action, obs: Observation) -> list[Call] | None:
         """Calls that perform ``action`` in this vocabulary, or ``None`` if impossible."""
         raise NotImplementedError
@@ -187,7 +196,80 @@ class CoordinateInterface(ActionInterface):
         return None
 
 
+class ElementTextInterface(ActionInterface):
+    """Act on elements by the text they show: ``click(text)``, ``press(key)``.
+
+    The way a person names a control ("click Submit"), and Playwright's
+    ``text=`` selectors. The model copies a label instead of looking up its
+    reference number, which is a different skill: with the same page, this
+    harness's ceiling and a policy's fit to it differ from ``element_refs``'s.
+
+    A click goes to the element whose text equals the argument (surrounding
+    white space and case ignored when no exact match exists). When several
+    elements match, the innermost wins (a ``<button>`` over the ``<div>`` that
+    only holds it), then the first in document order. No typing: a text field
+    has no text of its own to be named by, so tasks that need ``type`` are
+    out of this interface's reach (:meth:`can_express`).
+    """
+
+    name = "element_text"
+    supports = frozenset({"click", "press"})
+    specs = (
+        ActionSpec("click", "Click the element that shows this text.",
+                   (Param("text", "string", "the element's text, as shown in the observation"),)),
+        ActionSpec("press", "Press a key on the keyboard.", (_KEY,)),
+    )
+
+    def to_actions(self, call: Call) -> list[Action]:
+        return self.resolve(call, None)
+
+    def resolve(self, call: Call, obs: Observation | None) -> list[Action]:
+        a = self.validate(call)
+        if call.name == "press":
+            return [Press(a["key"])]
+        if obs is None:
+            raise CallError("click: there is no page to find the text on yet")
+        ref = self.find(a["text"], obs)
+        if ref is None:
+            raise CallError(f"click: no element shows the text {a['text']!r}")
+        return [Click(ref)]
+
+    @staticmethod
+    def find(text: str, obs: Observation) -> int | None:
+        """The reference of the element a click on ``text`` reaches, or ``None``."""
+        matches = [el for el in obs.elements if el.text == text]
+        if not matches:
+            wanted = text.strip().casefold()
+            matches = [el for el in obs.elements if el.text.strip().casefold() == wanted]
+        if not matches:
+            return None
+        refs = {el.ref for el in matches}
+        # Innermost: a match none of whose descendants also matches.
+        parents = {el.ref: el.parent for el in obs.elements}
+        holders: set[int] = set()
+        for el in matches:
+            anc, seen = el.parent, set()
+            while anc and anc not in seen:  # ``seen``: a malformed tree must not loop
+                seen.add(anc)
+                if anc in refs:
+                    holders.add(anc)
+                anc = parents.get(anc, 0)
+        inner = [el for el in matches if el.ref not in holders]
+        return inner[0].ref
+
+    def express(self, action: Action, obs: Observation) -> list[Call] | None:
+        if isinstance(action, Click):
+            el = obs.element(action.ref)
+            # Only when the text reaches exactly this element back.
+            if el is None or not el.text or self.find(el.text, obs) != action.ref:
+                return None
+            return [Call("click", {"text": el.text})]
+        if isinstance(action, Press):
+            return [Call("press", {"key": action.key})]
+        return None
+
+
 __all__ = [
     "ActionInterface", "ActionSpec", "Call", "CallError", "CoordinateInterface",
-    "ElementRefInterface", "Param",
+    "ElementRefInterface", "ElementTextInterface", "Param",
 ]

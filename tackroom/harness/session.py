@@ -62,6 +62,9 @@ class HarnessSession:
         # A user turn is a string, or content parts when the renderer showed images.
         self._users: list[str | list[dict[str, Any]]] = []
         self._exchanges: list[_Exchange] = []
+        # The page last shown: the one the next reply acts on (for interfaces that look
+        # their targets up in it, ``ActionInterface.resolve``).
+        self._shown: Observation | None = None
 
     # -- prompt --------------------------------------------------------------------------
     def _system_prompt(self) -> str:
@@ -83,6 +86,7 @@ class HarnessSession:
     def render(self, obs: Observation) -> str:
         """The observation as this harness shows it: text, or text with images
         (a :class:`~tackroom.harness.content.RenderedParts`, or a list of content parts)."""
+        self._shown = obs
         return self._render(obs, self._render_opts)
 
     def budget_line(self, turn: int, tokens_used: int, seconds_left: float | None) -> str:
@@ -153,7 +157,7 @@ class HarnessSession:
         actions: list[Action] = []
         for call in kept:
             try:
-                actions.extend(self.interface.to_actions(call))
+                actions.extend(self.interface.resolve(call, self._shown))
             except CallError as e:
                 return Parsed(calls=calls, error=str(e))
         return Parsed(actions=actions, calls=kept, dropped=len(calls) - len(kept))

@@ -16,7 +16,7 @@ SYSTEM = "You are a web agent. Act on an element by its [number]."
 def command_harness(name: str, *, description: str = "Numbered element list; one text "
                     "command; one turn.", renderer: str = "element_list", turns: int = 1,
                     history: int = 1, wall_seconds: int = 60, max_chars: int | None = None,
-                    system: str = SYSTEM) -> str:
+                    system: str = SYSTEM, interface: str = "element_refs") -> str:
     """The TOML text of the harness (write it to ``<dir>/<name>.toml``)."""
     chars = f"max_chars = {max_chars}\n" if max_chars is not None else ""
     return f'''name = "{name}"
@@ -26,7 +26,7 @@ system = "{system}"
 [observation]
 renderer = "{renderer}"
 {chars}[actions]
-interface = "element_refs"
+interface = "{interface}"
 parser = "commands"
 [loop]
 actions_per_turn = 1
