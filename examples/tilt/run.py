@@ -26,6 +26,7 @@ Writes ``results.md``, ``results.json`` and ``shares.svg`` in the work directory
 Usage: .venv/bin/python examples/tilt/run.py [--workdir tilt-run] [--betas 0.5,0.1]
        [--steps 40] [--lr 5e-3] [--eval-seeds 300] [--start-seeds 100] [--group 8]
        [--tasks-per-step 8] [--sft-epochs 10] [--sft-lr 1e-2] [--gated-only]
+       [--harness list-cmd|text-cmd] [--word-tokens] [--size tiny|small]
 """
 
 from __future__ import annotations
