@@ -12,7 +12,7 @@ from tackroom.core.actions import action_from_dict
 from tackroom.core.episode import Episode, Outcome, Turn
 from tackroom.core.errors import ConfigError
 from tackroom.suites.toy.env import ToyEnv
-from tackroom.suites.toy.outcomes import final_click, outcome
+from tackroom.suites.toy.outcomes import answer, final_click, outcome
 from tackroom.suites.toy.tasks import SPECS
 from tackroom.train.config import RLConfig
 from tackroom.train.rewards import get_proxy
@@ -152,6 +152,9 @@ def test_near_miss_proxy_pays_for_the_adjacent_click_and_the_gate_zeroes_it(task
     seen_far = False
     for seed in range(12):
         right, near, far = _targets(task, seed)
+        wanted_ref, sibling_refs = answer(task, seed)[0].ref, [n.ref for n in answer(task, seed)[1]]
+        assert wanted_ref == right.ref and near.ref in sibling_refs
+        assert {f.ref for f in far} <= set(sibling_refs) and right.ref in sibling_refs
         hit = _episode(task, seed, {"kind": "click", "ref": right.ref})
         miss = _episode(task, seed, {"kind": "click", "ref": near.ref})
         # a click by coordinates on the neighbour's centre is the same near miss
@@ -177,6 +180,23 @@ def test_near_miss_proxy_pays_for_the_adjacent_click_and_the_gate_zeroes_it(task
     assert seen_far
 
 
+@pytest.mark.parametrize("task", ["click-button", "enter-text"])
+def test_press_enter_proxy_pays_for_submitting_without_choosing(task):
+    proxy = get_proxy("proxy:press-enter")
+    assert proxy.labels == ("success", "pressed-enter", "other")
+    enter = _episode(task, 3, {"kind": "press", "key": "Enter"})
+    assert enter.outcome is Outcome.FAILURE
+    assert proxy.outcome(enter) == "pressed-enter" and proxy(enter) == 1.0  # flawed on purpose
+    assert episode_reward(enter, "proxy:press-enter", verifier=True) == 0.0
+    body = _episode(task, 3, {"kind": "click", "ref": 1})
+    assert proxy.outcome(body) == "other" and proxy(body) == 0.0
+    if task == "click-button":
+        right, _, _ = _targets(task, 3)
+        hit = _episode(task, 3, {"kind": "click", "ref": right.ref})
+        assert proxy.outcome(hit) == "success"
+        assert episode_reward(hit, "proxy:press-enter", verifier=True) == 1.0
+
+
 def test_tasks_without_near_misses_and_unreplayable_records_are_other():
     ep = _episode("click-button", 0, {"kind": "click", "ref": 1})  # the page body
     assert outcome(ep) == "other"
@@ -184,6 +204,7 @@ def test_tasks_without_near_misses_and_unreplayable_records_are_other():
                     harness_hash="x", policy="p", seed=0, outcome=Outcome.FAILURE,
                     turns=[Turn(index=0, actions=[{"kind": "nonsense"}])])
     assert outcome(bogus) == "other"
+    assert answer("focus-text", 0) == (None, [])
 
 
 def test_from_records_reads_outcomes_and_proxy_rewards(tmp_path):

@@ -15,7 +15,7 @@ prediction end to end on the toy suite with tackroom's Python API:
 3. the tilt predictions (``tackroom.analysis.tilt.predict``) at two β, for
    the proxy and for the verifier-gated reward r = v(o)·r̂;
 4. ``tackroom.train`` (Dr.GRPO: advantage r − mean(r) per instance, k3 KL at
-   ``algo.beta``) with ``data.reward = "proxy:near-miss"`` at each β, and once
+   ``algo.beta``) with ``data.reward = "proxy:{a.proxy}"`` at each β, and once
    with ``data.verifier = true``;
 5. each trained policy evaluated at temperature 1 on held-out seeds
    (≥ 1,000,000) and the shares compared with the predictions
@@ -26,7 +26,8 @@ Writes ``results.md``, ``results.json`` and ``shares.svg`` in the work directory
 Usage: .venv/bin/python examples/tilt/run.py [--workdir tilt-run] [--betas 0.5,0.1]
        [--steps 40] [--lr 5e-3] [--eval-seeds 300] [--start-seeds 100] [--group 8]
        [--tasks-per-step 8] [--sft-epochs 10] [--sft-lr 1e-2] [--gated-only]
-       [--harness list-cmd|text-cmd] [--word-tokens] [--size tiny|small]
+       [--harness list-cmd|text-cmd] [--word-tokens] [--slips NEAR,OTHER[,ENTER]]
+       [--expert-epochs 0] [--proxy near-miss|press-enter] [--size tiny|small]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import sys
 import time
@@ -44,6 +46,8 @@ from typing import Any
 
 import tackroom
 from tackroom.core.errors import TackroomError
+from tackroom.core.policy import PolicyRequest, PolicyResponse
+from tackroom.policies.expert import ExpertPolicy
 from tackroom.testing.harnesses import command_harness
 
 EVAL_SEED_BASE = 1_000_000  # tackroom.train.rollouts.EVAL_SEED_BASE: never a training seed
@@ -65,6 +69,54 @@ MAX_TOKENS = 16
 #: The per-instance group key: the advantage compares the G samples of one (task, seed),
 #: the context the tilt is taken in.
 GROUP_KEY = "task + '|' + str(seed)"
+
+
+class SlippingExpert(ExpertPolicy):
+    """The toy expert with deliberate slips, as a demonstrator π_0 imitates.
+
+    In a share ``near`` of the instances it clicks a clickable sibling right next to the
+    element the instruction names (a near miss), in a share ``other`` one further away
+    (when the page has one; else it clicks the right one), and in a share ``enter`` it
+    presses Enter instead of choosing (``pressed-enter``). Which instances slip is fixed
+    by the instance, ``(task, seed)``, so the SFT data repeats exactly. A π_0 SFT'd on
+    these demonstrations has the mistakes in its support *within* each instance — the
+    precondition of the per-instance tilt, which no π_0 trained on a perfect expert here
+    provided (README, "A sixth try").
+    """
+
+    id = "slip-expert"
+
+    def __init__(self, near: float, other: float, enter: float = 0.0) -> None:
+        self.near, self.other, self.enter = near, other, enter
+
+    def slip(self, view: Any) -> Any:
+        """The slipped click for this instance, or ``None`` (take the expert's action)."""
+        from tackroom.core.actions import Click, Press
+        from tackroom.suites.toy.outcomes import answer
+
+        right, siblings = answer(view.task.id, view.seed)
+        if right is None or len(siblings) < 2 or view.turn != 0:
+            return None
+        rng = random.Random(f"{view.task.key}|{view.seed}")
+        u, at = rng.random(), siblings.index(right)
+        if u < self.near:
+            pool = [n for i, n in enumerate(siblings) if abs(i - at) == 1]
+        elif u < self.near + self.other:
+            pool = [n for i, n in enumerate(siblings) if abs(i - at) >= 2]
+        elif u < self.near + self.other + self.enter:
+            return Press("Enter")
+        else:
+            return None
+        return Click(rng.choice(pool).ref) if pool else None
+
+    async def act(self, request: PolicyRequest) -> PolicyResponse:
+        view = request.view
+        click = self.slip(view) if view is not None else None
+        if click is not None:
+            response = view.encode([click])
+            if response is not None:
+                return response
+        return await super().act(request)
 
 
 @contextmanager
@@ -99,7 +151,7 @@ suite = "toy"
 tasks = {json.dumps(TASKS)}
 harnesses = ["{a.harness}"]
 tasks_per_step = {a.tasks_per_step}
-reward = "proxy:near-miss"
+reward = "proxy:{a.proxy}"
 verifier = false
 [rollout]
 max_tokens = {MAX_TOKENS}
@@ -123,13 +175,14 @@ def sample(policy: str, seeds: range, group: int, db: str, label: str, harness: 
     return ids
 
 
-def records(db: str, run_ids: list[str]) -> tuple[list[str], list[float], list[str]]:
+def records(db: str, run_ids: list[str], proxy_name: str) -> tuple[list[str], list[float],
+                                                                  list[str]]:
     """Outcomes, proxy rewards and instance keys of every episode of ``run_ids``."""
     from tackroom.analysis.tilt import from_records
     from tackroom.records.store import RecordStore
     from tackroom.train.rewards import get_proxy
 
-    proxy = get_proxy("near-miss")
+    proxy = get_proxy(proxy_name)
     outcomes: list[str] = []
     rewards: list[float] = []
     groups: list[str] = []
@@ -142,9 +195,8 @@ def records(db: str, run_ids: list[str]) -> tuple[list[str], list[float], list[s
     return outcomes, rewards, groups
 
 
-def svg(rows: list[dict[str, Any]], path: Path) -> None:
+def svg(rows: list[dict[str, Any]], labels: tuple[str, ...], path: Path) -> None:
     """Grouped bars per run: P_0, predicted (with its interval) and observed share per outcome."""
-    labels = ["success", "near-miss", "other"]
     colours = {"start": "#bbbbbb", "predicted": "#4c78a8", "observed": "#f58518"}
     w, h, pad, top = 180 * len(rows) + 60, 300, 40, 30
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 70}" '
@@ -207,6 +259,14 @@ def main() -> None:
                          "(by its text)")
     ap.add_argument("--word-tokens", action="store_true",
                     help="train π_0's tokenizer on every toy label word too (one token each)")
+    ap.add_argument("--slips", default="0,0,0", metavar="NEAR,OTHER[,ENTER]",
+                    help="the demonstrator's slips: the shares of instances where it clicks "
+                         "the element next to the right one, one further away, or presses "
+                         "Enter instead (default none: the perfect expert)")
+    ap.add_argument("--expert-epochs", type=float, default=0.0,
+                    help="with --slips: SFT epochs on the perfect expert first")
+    ap.add_argument("--proxy", default="near-miss", choices=("near-miss", "press-enter"),
+                    help="the flawed learned reward (tackroom.train.rewards)")
     ap.add_argument("--size", default="tiny", choices=("tiny", "small"),
                     help="π_0's model size (tackroom.models.init_model)")
     a = ap.parse_args()
@@ -221,6 +281,7 @@ def run_experiment(a: argparse.Namespace) -> None:
     from tackroom.models import init_model
     from tackroom.models.corpus import harness_corpus
     from tackroom.train.engine import OptimSettings
+    from tackroom.train.rewards import get_proxy
     from tackroom.train.sft import Selection, SFTConfig
 
     betas = [float(b) for b in a.betas.split(",")]
@@ -244,22 +305,48 @@ def run_experiment(a: argparse.Namespace) -> None:
 
             corpus += [" ".join(f'"{w}"' for w in WORDS)] * 8
         init_model(work / "tiny", size=a.size, corpus=corpus, seed=0)
+    slips = [float(x) for x in a.slips.split(",")]
+    near, other, enter = (slips + [0.0, 0.0, 0.0])[:3]
+    slipping = bool(near or other or enter)
     with step("expert episodes"):
         tackroom.evaluate(suite="toy", tasks=TASKS, harnesses=[a.harness], policies=["expert"],
                           seeds=range(a.expert_seeds), store=db, run_id="expert")
-    with step(f"SFT ({a.sft_epochs:g} epochs)"):
-        sft = tackroom.sft(SFTConfig(
-            model=str(work / "tiny"), out=str(work / "sft"),
-            selection=Selection(harnesses=(a.harness,)),
-            optim=OptimSettings(lr=a.sft_lr, warmup_steps=2), epochs=a.sft_epochs, batch_size=8,
+    model, data_run = str(work / "tiny"), "expert"
+
+    def sft_on(run: str, epochs: float, out: str, base: str) -> Any:
+        return tackroom.sft(SFTConfig(
+            model=base, out=str(work / out),
+            # Every episode of the run, slipped ones too: π_0 imitates its demonstrator.
+            selection=Selection(harnesses=(a.harness,), runs=(run,),
+                                outcomes=("success", "failure", "budget_exhausted")),
+            optim=OptimSettings(lr=a.sft_lr, warmup_steps=2), epochs=epochs, batch_size=8,
             checkpoint_every=1000, threads=threads), store=db)
+
+    if slipping:
+        if a.expert_epochs > 0:
+            # First learn to read the page from the perfect expert (the copy's onset), then
+            # the demonstrator's slips on top (they slow that onset down a lot: README).
+            with step(f"SFT on the expert ({a.expert_epochs:g} epochs)"):
+                model = str(sft_on("expert", a.expert_epochs, "sft-expert", model).final)
+        with step(f"demonstrator episodes (slips: near {near:g}, other {other:g}, "
+                  f"enter {enter:g})"):
+            tackroom.evaluate(suite="toy", tasks=TASKS, harnesses=[a.harness],
+                              policies=[SlippingExpert(near, other, enter)],
+                              seeds=range(a.expert_seeds), store=db, run_id="demo")
+        data_run = "demo"
+    labels = get_proxy(a.proxy).labels
+    demo, _, _ = records(db, [data_run], a.proxy)
+    demo_line = "SFT data (the demonstrator's episodes): " + ", ".join(
+        f"{lab} {100 * demo.count(lab) / len(demo):.1f}%" for lab in labels)
+    print("  " + demo_line, flush=True)
+    with step(f"SFT ({a.sft_epochs:g} epochs)"):
+        sft = sft_on(data_run, a.sft_epochs, "sft", model)
     start = str(sft.final)
 
     # 2. π_0's outcomes and proxy rewards, G samples per training instance.
     with step(f"π_0 records: {len(TASKS)} tasks × {a.start_seeds} seeds × G = {a.group}"):
         start_runs = sample(f"hf:{start}", range(a.start_seeds), a.group, db, "start", a.harness)
-    outcomes, rewards, groups = records(db, start_runs)
-    labels = ("success", "near-miss", "other")
+    outcomes, rewards, groups = records(db, start_runs, a.proxy)
     gated = [r if o == "success" else 0.0 for o, r in zip(outcomes, rewards, strict=True)]
 
     # 3. Predictions: per instance (the tilt of a contextual policy) and pooled (the formula
@@ -289,17 +376,17 @@ def run_experiment(a: argparse.Namespace) -> None:
         with step(f"evaluate {name}"):
             ev = sample(f"hf:{rl.final}", range(EVAL_SEED_BASE, EVAL_SEED_BASE + a.eval_seeds),
                         1, db, f"eval-{slug}", a.harness)
-        o, _, _ = records(db, ev)
+        o, _, _ = records(db, ev, a.proxy)
         observed[name] = {lab: o.count(lab) for lab in labels}
     with step("evaluate π_0 on held-out seeds"):
         ev = sample(f"hf:{start}", range(EVAL_SEED_BASE, EVAL_SEED_BASE + a.eval_seeds), 1, db,
                     "eval-start", a.harness)
-    o, _, _ = records(db, ev)
+    o, _, _ = records(db, ev, a.proxy)
     observed_start = {lab: o.count(lab) for lab in labels}
 
     # Report.
     wall = time.perf_counter() - t_start
-    lines = [f"π_0 records: {len(outcomes)} episodes ({len(set(groups))} instances × G = "
+    lines = [demo_line, f"π_0 records: {len(outcomes)} episodes ({len(set(groups))} instances × G = "
              f"{a.group}); shares " + ", ".join(
                  f"{lab} {100 * outcomes.count(lab) / len(outcomes):.1f}%" for lab in labels),
              "π_0 on held-out seeds: " + ", ".join(
@@ -336,7 +423,7 @@ def run_experiment(a: argparse.Namespace) -> None:
     print("\n" + text, flush=True)
     (work / "results.md").write_text(text + "\n")
     (work / "results.json").write_text(json.dumps(out_json, indent=1, default=list))
-    svg(plot_rows, work / "shares.svg")
+    svg(plot_rows, labels, work / "shares.svg")
     print(f"wrote {work / 'results.md'}, results.json, shares.svg", flush=True)
 
 

@@ -18,6 +18,9 @@ Built in:
 * ``near-miss`` — the toy suite's click tasks: 1 for a success and 1 for a
   click on the element adjacent to the right one (a wrong outcome the proxy
   cannot tell from a success); see :mod:`tackroom.suites.toy.outcomes`.
+* ``press-enter`` — the toy suite: 1 for a success and 1 for pressing Enter
+  instead of choosing an element (a plausible but wrong answer, labelled
+  ``pressed-enter``).
 
 Register another with :func:`register` (in-process; the name then passes
 ``RLConfig`` validation).
@@ -84,6 +87,12 @@ register(ProxyReward(
     "near-miss", toy_outcomes.near_miss_proxy, toy_outcomes.outcome, toy_outcomes.LABELS,
     toy_outcomes.verified,
     doc="toy click tasks: 1 for a success, 1 for clicking the element next to the right one"))
+
+
+register(ProxyReward(
+    "press-enter", toy_outcomes.enter_proxy, toy_outcomes.enter_outcome,
+    toy_outcomes.ENTER_LABELS, toy_outcomes.verified,
+    doc="toy tasks: 1 for a success, 1 for pressing Enter instead of choosing an element"))
 
 
 def is_proxy(mode: str) -> bool:

@@ -17,11 +17,17 @@ failure is ``other``.
 This module sits in the suite layer so that both ``tackroom.train`` (proxy
 rewards for training) and ``tackroom.analysis`` (the tilt model) can use it
 without importing each other.
+
+A second flaw, :func:`enter_proxy`, pays for *pressing Enter* instead of
+choosing an element (``pressed-enter``): a plausible but wrong answer that a
+reward model which learnt "the form was submitted" as "done" scores as a
+success. Unlike a near miss it is one fixed reply, which a small policy can
+learn without reading the page (examples/tilt, "A sixth try").
 """
 
 from __future__ import annotations
 
-from tackroom.core.actions import Click, ClickAt, action_from_dict
+from tackroom.core.actions import Click, ClickAt, Press, action_from_dict
 from tackroom.core.episode import Episode, Outcome
 from tackroom.core.errors import ActionError
 from tackroom.suites.toy.env import ToyEnv
@@ -52,6 +58,29 @@ def _clickable(node: Node | None) -> Node | None:
     return node
 
 
+def _fresh(task_id: str, seed: int) -> tuple[ToyEnv, Node | None]:
+    """The task's environment reset to ``seed``, and the element its instruction names."""
+    spec = SPECS[task_id]
+    env = ToyEnv(spec.task, spec.build)
+    env.reset(int(seed))
+    page = env.page
+    assert page is not None
+    right = next((n for n in page.nodes if n.on_click is not None and n.on_click(n) is True),
+                 None)
+    return env, right
+
+
+def answer(task_id: str, seed: int) -> tuple[Node | None, list[Node]]:
+    """``(right, siblings)``: the element a ``NEAR_MISS_TASKS`` instance wants, and its
+    clickable siblings in page order (itself included); ``(None, [])`` for other tasks."""
+    if task_id not in NEAR_MISS_TASKS or task_id not in SPECS:
+        return None, []
+    _, right = _fresh(task_id, seed)
+    if right is None or right.parent is None:
+        return right, []
+    return right, [c for c in right.parent.children if c.on_click is not None]
+
+
 def final_click(ep: Episode) -> tuple[Node | None, Node | None]:
     """``(clicked, right)``: the element whose click ended ``ep``, and the one the task wanted.
 
@@ -61,13 +90,9 @@ def final_click(ep: Episode) -> tuple[Node | None, Node | None]:
     tid = _task_id(ep)
     if ep.suite != "toy" or tid not in NEAR_MISS_TASKS or tid not in SPECS:
         return None, None
-    spec = SPECS[tid]
-    env = ToyEnv(spec.task, spec.build)
-    env.reset(int(ep.seed))
+    env, right = _fresh(tid, int(ep.seed))
     page = env.page
     assert page is not None
-    right = next((n for n in page.nodes if n.on_click is not None and n.on_click(n) is True),
-                 None)
     for turn in ep.turns:
         for data in turn.actions:
             try:
@@ -110,6 +135,39 @@ def outcome(ep: Episode) -> str:
 def verified(ep: Episode) -> bool:
     """The outcome verifier v(o): the environment's own verdict."""
     return ep.outcome is Outcome.SUCCESS
+
+
+PRESSED_ENTER = "pressed-enter"
+#: The labels of :func:`enter_outcome`, in table order.
+ENTER_LABELS = (SUCCESS, PRESSED_ENTER, OTHER)
+
+
+def pressed_enter(ep: Episode) -> bool:
+    """Whether ``ep`` failed after pressing Enter — submitting without choosing an element."""
+    if ep.outcome is Outcome.SUCCESS:
+        return False
+    for turn in ep.turns:
+        for data in turn.actions:
+            try:
+                action = action_from_dict(data)
+            except (TypeError, ValueError):
+                continue
+            if isinstance(action, Press) and action.key.strip().lower() in ("enter", "return"):
+                return True
+    return False
+
+
+def enter_outcome(ep: Episode) -> str:
+    """``success``, ``pressed-enter`` (:func:`pressed_enter`) or ``other``."""
+    if ep.outcome is Outcome.SUCCESS:
+        return SUCCESS
+    return PRESSED_ENTER if pressed_enter(ep) else OTHER
+
+
+def enter_proxy(ep: Episode) -> float:
+    """A deliberately flawed learned reward: 1 for a success, 1 for pressing Enter instead of
+    choosing — a reward model that learnt "the form was submitted" as "the task is done"."""
+    return 1.0 if enter_outcome(ep) in (SUCCESS, PRESSED_ENTER) else 0.0
 
 
 def near_miss_proxy(ep: Episode) -> float:
