@@ -21,6 +21,12 @@ prediction end to end on the toy suite with tackroom's Python API:
    (≥ 1,000,000) and the shares compared with the predictions
    (``tilt.compare``), plus an SVG plot.
 
+With ``--slips`` π_0 imitates a demonstrator that slips in a share of the
+instances (a near miss, a far click, or pressing Enter instead of choosing),
+optionally after SFT on the perfect expert (``--expert-epochs``), and
+``--proxy press-enter`` pays for the Enter reply instead of the near miss
+(README, "A sixth try": the design under which the gate's redirection shows).
+
 Writes ``results.md``, ``results.json`` and ``shares.svg`` in the work directory.
 
 Usage: .venv/bin/python examples/tilt/run.py [--workdir tilt-run] [--betas 0.5,0.1]
