@@ -291,6 +291,12 @@ def run_experiment(a: argparse.Namespace) -> None:
     from tackroom.train.sft import Selection, SFTConfig
 
     betas = [float(b) for b in a.betas.split(",")]
+    slips = [float(x) for x in a.slips.split(",")]
+    near, other, enter = (slips + [0.0, 0.0, 0.0])[:3]
+    slipping = bool(near or other or enter)
+    if a.expert_epochs > 0 and not slipping:
+        sys.exit("--expert-epochs is SFT on the perfect expert *before* a slipping "
+                 "demonstrator's episodes: give --slips too (or use --sft-epochs alone)")
     work = Path(a.workdir).resolve()
     shutil.rmtree(work, ignore_errors=True)
     (work / "harnesses").mkdir(parents=True)
@@ -311,9 +317,6 @@ def run_experiment(a: argparse.Namespace) -> None:
 
             corpus += [" ".join(f'"{w}"' for w in WORDS)] * 8
         init_model(work / "tiny", size=a.size, corpus=corpus, seed=0)
-    slips = [float(x) for x in a.slips.split(",")]
-    near, other, enter = (slips + [0.0, 0.0, 0.0])[:3]
-    slipping = bool(near or other or enter)
     with step("expert episodes"):
         tackroom.evaluate(suite="toy", tasks=TASKS, harnesses=[a.harness], policies=["expert"],
                           seeds=range(a.expert_seeds), store=db, run_id="expert")
@@ -392,7 +395,8 @@ def run_experiment(a: argparse.Namespace) -> None:
 
     # Report.
     wall = time.perf_counter() - t_start
-    lines = [demo_line, f"π_0 records: {len(outcomes)} episodes ({len(set(groups))} instances × G = "
+    lines = [demo_line,
+             f"π_0 records: {len(outcomes)} episodes ({len(set(groups))} instances × G = "
              f"{a.group}); shares " + ", ".join(
                  f"{lab} {100 * outcomes.count(lab) / len(outcomes):.1f}%" for lab in labels),
              "π_0 on held-out seeds: " + ", ".join(

@@ -76,9 +76,14 @@ def answer(task_id: str, seed: int) -> tuple[Node | None, list[Node]]:
     if task_id not in NEAR_MISS_TASKS or task_id not in SPECS:
         return None, []
     _, right = _fresh(task_id, seed)
-    if right is None or right.parent is None:
-        return right, []
-    return right, [c for c in right.parent.children if c.on_click is not None]
+    return right, _siblings(right)
+
+
+def _siblings(node: Node | None) -> list[Node]:
+    """The clickable children of ``node``'s parent, in page order (``node`` among them)."""
+    if node is None or node.parent is None:
+        return []
+    return [c for c in node.parent.children if c.on_click is not None]
 
 
 def final_click(ep: Episode) -> tuple[Node | None, Node | None]:
@@ -120,8 +125,7 @@ def is_near_miss(ep: Episode) -> bool:
     clicked, right = final_click(ep)
     if clicked is None or right is None or clicked is right or clicked.parent is not right.parent:
         return False
-    assert right.parent is not None
-    siblings = [c for c in right.parent.children if c.on_click is not None]
+    siblings = _siblings(right)
     return abs(siblings.index(clicked) - siblings.index(right)) == 1
 
 
