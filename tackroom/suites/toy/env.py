@@ -40,6 +40,11 @@ _KEYS = {
 }
 
 
+def key_name(key: str) -> str:
+    """The key ``key`` names for the toy pages (``"return"`` → ``"Enter"``), else ``key``."""
+    return _KEYS.get(key.strip().lower() if key.strip() else key, key)
+
+
 class ToyEnv:
     """One live toy episode; cheap to create, ``reset(seed)`` builds the page."""
 
@@ -186,7 +191,7 @@ class ToyEnv:
     def _press(self, key: str) -> bool | None:
         page = self.page
         assert page is not None
-        k = _KEYS.get(key.strip().lower() if key.strip() else key, key)
+        k = key_name(key)
         focus = page.focus
         if k == "Enter":
             if focus is not None and focus.on_enter is not None:

@@ -27,10 +27,12 @@ learn without reading the page (examples/tilt, "A sixth try").
 
 from __future__ import annotations
 
-from tackroom.core.actions import Click, ClickAt, Press, action_from_dict
+from collections.abc import Iterator
+
+from tackroom.core.actions import Action, Click, ClickAt, Press, action_from_dict
 from tackroom.core.episode import Episode, Outcome
 from tackroom.core.errors import ActionError
-from tackroom.suites.toy.env import ToyEnv
+from tackroom.suites.toy.env import ToyEnv, key_name
 from tackroom.suites.toy.page import Node
 from tackroom.suites.toy.tasks import SPECS
 
@@ -86,6 +88,16 @@ def _siblings(node: Node | None) -> list[Node]:
     return [c for c in node.parent.children if c.on_click is not None]
 
 
+def _recorded_actions(ep: Episode) -> Iterator[Action]:
+    """Every action ``ep`` recorded, in order, that decodes to an :class:`Action`."""
+    for turn in ep.turns:
+        for data in turn.actions:
+            try:
+                yield action_from_dict(data)
+            except (TypeError, ValueError):
+                continue  # recorded but never executable: the harness said so that turn
+
+
 def final_click(ep: Episode) -> tuple[Node | None, Node | None]:
     """``(clicked, right)``: the element whose click ended ``ep``, and the one the task wanted.
 
@@ -98,23 +110,18 @@ def final_click(ep: Episode) -> tuple[Node | None, Node | None]:
     env, right = _fresh(tid, int(ep.seed))
     page = env.page
     assert page is not None
-    for turn in ep.turns:
-        for data in turn.actions:
-            try:
-                action = action_from_dict(data)
-            except (TypeError, ValueError):
-                continue  # recorded but never executable: the harness said so that turn
-            node: Node | None = None
-            if isinstance(action, Click):
-                node = page.node(action.ref) if isinstance(action.ref, int) else None
-            elif isinstance(action, ClickAt):
-                node = page.hit(action.x, action.y)
-            try:
-                result = env.step(action)
-            except ActionError:
-                continue  # the environment refused it, as it did when the episode ran
-            if result.terminated or result.truncated:
-                return _clickable(node), right
+    for action in _recorded_actions(ep):
+        node: Node | None = None
+        if isinstance(action, Click):
+            node = page.node(action.ref) if isinstance(action.ref, int) else None
+        elif isinstance(action, ClickAt):
+            node = page.hit(action.x, action.y)
+        try:
+            result = env.step(action)
+        except ActionError:
+            continue  # the environment refused it, as it did when the episode ran
+        if result.terminated or result.truncated:
+            return _clickable(node), right
     return None, right
 
 
@@ -150,15 +157,7 @@ def pressed_enter(ep: Episode) -> bool:
     """Whether ``ep`` failed after pressing Enter — submitting without choosing an element."""
     if ep.outcome is Outcome.SUCCESS:
         return False
-    for turn in ep.turns:
-        for data in turn.actions:
-            try:
-                action = action_from_dict(data)
-            except (TypeError, ValueError):
-                continue
-            if isinstance(action, Press) and action.key.strip().lower() in ("enter", "return"):
-                return True
-    return False
+    return any(isinstance(a, Press) and key_name(a.key) == "Enter" for a in _recorded_actions(ep))
 
 
 def enter_outcome(ep: Episode) -> str:
