@@ -44,6 +44,8 @@ from tackroom.harness.delegation import check_delegation
 BUILTIN_DIR = Path(__file__).parent / "harnesses"
 #: Shipped agent harnesses (third-party CLIs; see tackroom.harness.agent).
 AGENTS_DIR = Path(__file__).parent / "agents"
+#: How many files an ``extends`` chain may span, the harness itself included.
+MAX_EXTENDS = 64
 
 DEFAULT_SYSTEM = (
     "You are an agent that operates a web page to complete a task. "
@@ -247,7 +249,7 @@ def _find_harness(ref: str, relative_to: Path | None, where: str) -> Path:
 def load_harness(ref: str) -> HarnessSpec:
     """Load a harness by name (search path) or by file path, resolving ``extends``."""
     path = find_harness(ref)
-    raw, chain = _resolve(path, [])
+    raw, chain = _resolve(path)
     return parse_harness(raw, source=str(path), chain=tuple(chain))
 
 
@@ -269,25 +271,45 @@ def _read(path: Path) -> dict[str, Any]:
         raise HarnessError(f"cannot read harness file: {e.strerror}", str(path)) from None
 
 
-def _resolve(path: Path, seen: list[str]) -> tuple[dict[str, Any], list[str]]:
-    key = str(path.resolve())
-    if key in seen:
-        raise HarnessError("circular 'extends'", str(path),
-                           "chain: " + " -> ".join(Path(s).stem for s in seen + [key]))
-    raw = _read(path)
-    _anchor_model(raw, path)
-    parent_ref = raw.get("extends")
-    if parent_ref is None:
-        return raw, [str(path)]
-    if not isinstance(parent_ref, str):
-        raise HarnessError("'extends' must be a harness name or path", f"{path} extends")
-    parent_path = find_harness(parent_ref, relative_to=path.parent, where=f"{path} extends")
-    base, chain = _resolve(parent_path, seen + [key])
-    merged = _merge(base, raw)
-    merged["name"] = raw.get("name", path.stem)
-    if "description" not in raw:
-        merged["description"] = base.get("description", "")
-    return merged, chain + [str(path)]
+def _resolve(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """``path`` with its ``extends`` chain merged in: (resolved dict, chain from the base).
+
+    Iterative, and at most :data:`MAX_EXTENDS` files deep: a chain of thousands of files is
+    one clear error, not a ``RecursionError``.
+    """
+    files: list[tuple[Path, dict[str, Any]]] = []  # the harness first, its base last
+    seen: list[str] = []
+    current = path
+    while True:
+        key = str(current.resolve())
+        if key in seen:
+            raise HarnessError("circular 'extends'", str(current),
+                               "chain: " + " -> ".join(Path(s).stem for s in seen + [key]))
+        if len(seen) >= MAX_EXTENDS:
+            raise HarnessError(f"the 'extends' chain is more than {MAX_EXTENDS} files deep",
+                               str(path), "extend a harness nearer the base of the chain "
+                               "(or copy its slots in) to make the chain shorter")
+        raw = _read(current)
+        _anchor_model(raw, current)
+        seen.append(key)
+        files.append((current, raw))
+        parent_ref = raw.get("extends")
+        if parent_ref is None:
+            break
+        if not isinstance(parent_ref, str):
+            raise HarnessError("'extends' must be a harness name or path", f"{current} extends")
+        current = find_harness(parent_ref, relative_to=current.parent,
+                               where=f"{current} extends")
+    base_path, merged = files[-1]
+    chain = [str(base_path)]
+    for child_path, raw in reversed(files[:-1]):
+        base = merged
+        merged = _merge(base, raw)
+        merged["name"] = raw.get("name", child_path.stem)
+        if "description" not in raw:
+            merged["description"] = base.get("description", "")
+        chain.append(str(child_path))
+    return merged, chain
 
 
 def _anchor_model(raw: dict[str, Any], path: Path) -> None:
