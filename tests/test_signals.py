@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 
+import pytest
 from conftest import CLI_ENV, TACKROOM, run_cli
 
 from tackroom.records import RecordStore
@@ -43,3 +44,33 @@ def test_sigterm_stops_a_run_like_ctrl_c_then_resume_finishes_it(tmp_path):
     with RecordStore(db) as store:
         assert store.run(run["run_id"])["status"] == "finished"
         assert len(store.episodes(run_id=run["run_id"])) == 18 * 2 * 400
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_background_run_with_sigint_ignored_stops_on_sigterm_and_sighup(tmp_path, signum,
+                                                                         code):
+    """`tackroom eval … &` from a script inherits SIGINT ignored: SIGTERM and SIGHUP still
+    stop the run, recorded as interrupted with its finished episodes kept."""
+    db = str(tmp_path / "r.duckdb")
+    args = ["eval", "--suite", "toy", "--harness", "som-tools,html-commands", "--seeds",
+            "0-199", "--policy", "expert", "-n", "2", "--db", db]
+    proc = subprocess.Popen([*TACKROOM, *args], cwd=tmp_path, env={**os.environ, **CLI_ENV},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:  # piped, the bar prints a line every 5%: stop after the first
+        seen.append(line)
+        if line.startswith("episodes ") and not line.startswith("episodes 0/"):
+            break
+    assert proc.poll() is None, "the run finished before it could be stopped: " + "".join(seen)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == code, (out[-2000:], err[-2000:])
+    assert "Traceback" not in out + err
+    assert "tackroom eval --resume" in err
+    with RecordStore(db) as store:
+        (run,) = store.runs()
+        assert run["status"] == "interrupted"
+        recorded = len(store.episodes(run_id=run["run_id"]))
+    assert 0 < recorded < 18 * 2 * 200

@@ -18,7 +18,6 @@ one line and exit 2.
 
 from __future__ import annotations
 
-import signal
 import sys
 
 import typer
@@ -26,6 +25,7 @@ from rich.markup import escape
 
 from tackroom.cli import delegate, evaluate, harness, optimize, records, report, serve, training
 from tackroom.cli.common import err_console
+from tackroom.core import cancel
 from tackroom.core.errors import ConfigError, TackroomError
 
 app = typer.Typer(
@@ -82,22 +82,6 @@ delegate_app.command("hash")(delegate.hash_cmd)
 app.add_typer(delegate_app, name="delegate")
 
 
-#: Set when SIGTERM arrived: the run stops as on Ctrl-C, and the exit status says SIGTERM.
-_terminated = False
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM (``timeout``, ``docker stop``, Slurm) takes the Ctrl-C path.
-
-    Re-raised as SIGINT, so whatever handles Ctrl-C at that moment (asyncio's runner
-    cancels the run's task; plain code gets ``KeyboardInterrupt``) records the
-    finished episodes and marks the run interrupted.
-    """
-    global _terminated
-    _terminated = True
-    signal.raise_signal(signal.SIGINT)
-
-
 def _usage_error(e: typer.TyperException) -> ConfigError:
     """A command-line mistake click found (unknown option, a value of the wrong type, a
     missing argument) as the one-line error every other user error is."""
@@ -113,10 +97,12 @@ def main() -> None:
     That includes what click finds while parsing the command line (an unknown option, a
     value of the wrong type, a missing argument): ``error: tackroom eval: No such option:
     --bogus — see `tackroom eval --help```, not click's usage box.
-    Ctrl-C exits 130 and SIGTERM 143, each after the run in progress is recorded
-    as interrupted (``tackroom eval --resume RUN`` finishes it).
+    Ctrl-C exits 130, SIGTERM 143 and SIGHUP 129, each after the run in progress is
+    recorded as interrupted (``tackroom eval --resume RUN`` finishes it): the three go
+    through :mod:`tackroom.core.cancel`, whatever SIGINT's inherited disposition (a
+    script's ``tackroom eval … &`` starts with SIGINT ignored, and SIGTERM still stops it).
     """
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    cancel.install()
     code = 0
     try:
         try:
@@ -144,8 +130,9 @@ def main() -> None:
         code = 130
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    if _terminated:
-        code = 143
+    stopped_by = cancel.requested()
+    if stopped_by is not None and code != 0:
+        code = 128 + stopped_by
     sys.exit(code)
 
 
