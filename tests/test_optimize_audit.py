@@ -1,4 +1,4 @@
-"""The BiPA audit core (tackroom.optimize.audit): selection effect, rules, read graph, cost.
+"""The BiPA audit (tackroom.optimize.audit) and acceptance rules: selection effect, read graph, cost.
 
 Every random draw has a fixed seed, so the numbers are the same on every run.
 """
@@ -11,24 +11,27 @@ import numpy as np
 import pytest
 
 from tackroom.core.episode import Episode, Outcome, Turn
+from tackroom.core.errors import ConfigError
+from tackroom.core.registry import get, names
 from tackroom.harness.spec import parse_harness
-from tackroom.optimize.audit import (
-    ACCEPTANCE_RULES,
+from tackroom.optimize.acceptance import (
     accept_greedy,
     accept_pareto,
     accept_threshold,
+    get_rule,
+    pareto_rule,
+    unit_scores,
+)
+from tackroom.optimize.audit import (
     acceptance_replay,
     dev_test,
     edit_cost,
     edit_costs,
-    get_rule,
-    pareto_rule,
     read_graph,
-    render_audit_tables,
     replay_agreement,
-    unit_scores,
     unit_usage,
 )
+from tackroom.report.audit_tables import render_audit_tables
 
 # -- acceptance replay on candidates with known true gains -------------------------------------
 #: 20 candidates as good as the baseline and one truly 5 points better.
@@ -140,9 +143,10 @@ def test_greedy_and_threshold():
     assert accept_greedy(scores, [1, 0, 0, 0]) == ["b"]  # ties: first in order
     assert accept_threshold(scores, [0, 0, 0, 0], threshold=0.25) == ["b", "c"]
     assert accept_threshold(scores, [0, 0, 0, 0]) == ["b", "c", "a"]
-    assert set(ACCEPTANCE_RULES) == {"greedy", "threshold", "pareto"}
-    with pytest.raises(ValueError, match="unknown acceptance rule"):
+    assert {"greedy", "threshold", "pareto"} <= set(names("acceptance"))
+    with pytest.raises(ConfigError, match="unknown acceptance 'bogus'") as err:
         get_rule("bogus")
+    assert "greedy" in err.value.fix  # the message lists the registered rules
 
 
 def test_pareto_front_on_a_crafted_table():
@@ -166,7 +170,7 @@ def test_pareto_front_on_a_crafted_table():
     # "same" equals the baseline (adds nothing), "worse" is dominated, "t2er" is dominated
     # by "both"; "both" is the front.
     assert pareto_rule(scores, base, units=units) == ["both"]
-    assert ACCEPTANCE_RULES["pareto"] is pareto_rule
+    assert get("acceptance", "pareto") is pareto_rule
     res = acceptance_replay(scores, scores, base, base, "pareto", units_sel=units,
                             units_fresh=units, n_boot=100)
     assert res.selected == ("both",) and res.effect.value == pytest.approx(0.0)

@@ -178,8 +178,12 @@ def test_a_killed_optimize_resumes_without_rerunning_finished_evaluations(tmp_pa
 def test_bad_optimize_configs_are_one_clear_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[optimize]\nacceptance = "lucky"\n')
-    with pytest.raises(ConfigError, match="unknown acceptance rule"):
+    with pytest.raises(ConfigError, match="unknown acceptance 'lucky'"):
         OptimizeConfig.from_toml(bad)
+    bad.write_text('[optimize]\nproposer = "scriptd"\n')
+    with pytest.raises(ConfigError, match="unknown proposer 'scriptd'") as err:
+        OptimizeConfig.from_toml(bad)
+    assert "scripted, seeds" in err.value.fix  # the registered names, read from the registry
     overlap = tmp_path / "overlap.toml"
     overlap.write_text('[optimize]\ntasks = ["click-button"]\n[splits]\ndev = "0-9"\n'
                        'test = "5-20"\n')

@@ -281,16 +281,9 @@ class _Loop:
         return cands
 
     def _proposer(self) -> Any:
-        from tackroom.optimize import proposers
+        from tackroom.optimize.proposers import make_proposer
 
-        p = self.cfg.proposer
-        if p == "scripted":
-            return proposers.ScriptedProposer(proposers.rule_pool(self.cfg.suite))
-        if p == "seeds":
-            return proposers.SeedProposer(self.cfg.suite)
-        from tackroom.policies import make_policy
-
-        return proposers.LLMProposer(make_policy(p, base_url=self.cfg.base_url))
+        return make_proposer(self.cfg.proposer, suite=self.cfg.suite, base_url=self.cfg.base_url)
 
     def _guard(self) -> Any:
         from tackroom.optimize.guard import LeakageGuard
@@ -358,7 +351,7 @@ def run_scores(store: RecordStore, run_id: str) -> Scores:
 
 def pareto_front(scores: Mapping[str, Scores]) -> list[str]:
     """The harnesses no other beats on every task (dev success per task; GEPA's front)."""
-    from tackroom.optimize.audit import accept_pareto
+    from tackroom.optimize.acceptance import accept_pareto
 
     by_task: dict[str, dict[str, list[float]]] = {}
     for name, sc in scores.items():
@@ -496,7 +489,9 @@ def _audit(loop: _Loop, entries: dict[str, dict[str, Any]]) -> AuditResult:
 
 
 def _rule(name: str, threshold: float) -> Any:
-    """The acceptance rule ``name`` (tackroom.optimize.audit), its threshold bound."""
-    from tackroom.optimize.audit import get_rule
+    """The acceptance rule ``name`` (tackroom.optimize.acceptance), its threshold bound."""
+    from tackroom.optimize.acceptance import get_rule
 
-    return get_rule(name, threshold=threshold) if name == "threshold" else get_rule(name)
+    where = "[optimize] acceptance"
+    return (get_rule(name, where=where, threshold=threshold) if name == "threshold"
+            else get_rule(name, where=where))

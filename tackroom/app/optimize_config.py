@@ -8,7 +8,7 @@
     policy = "bundled"             # the agent whose harness is optimised (any policy spec)
     tasks = ["click-*"]            # task patterns, as for `tackroom eval --tasks`
     proposer = "scripted"          # scripted | seeds | a policy spec (openai:M, hf:DIR)
-    acceptance = "greedy"          # greedy | threshold | pareto
+    acceptance = "greedy"          # greedy | threshold | pareto (`tackroom list acceptance`)
     threshold = 0.05               # (threshold) the dev gain a candidate must show
     rounds = 3                     # propose → evaluate on dev → accept, this many times
     candidates = 4                 # candidates proposed per round
@@ -39,11 +39,11 @@ from typing import Any, Self
 
 from tackroom.app.limits import seed_list
 from tackroom.core.errors import ConfigError
+from tackroom.core.registry import entry
+from tackroom.optimize.proposers import check_proposer
 
-__all__ = ["OptimizeConfig", "ACCEPTANCE", "SPLITS", "REPLAY_SEED_BASE"]
+__all__ = ["OptimizeConfig", "SPLITS", "REPLAY_SEED_BASE"]
 
-#: The acceptance rules ``acceptance`` may name (see tackroom.optimize.audit).
-ACCEPTANCE = ("greedy", "threshold", "pareto")
 SPLITS = ("train", "dev", "test")
 #: The audit's fresh seeds start here unless ``replay`` names them: no split uses them.
 REPLAY_SEED_BASE = 2_000_000
@@ -100,9 +100,9 @@ class OptimizeConfig(FlatSettings):
 
     def __post_init__(self) -> None:
         w = self.source
-        if self.acceptance not in ACCEPTANCE:
-            raise ConfigError(f"unknown acceptance rule {self.acceptance!r}",
-                              f"{w} [optimize] acceptance", f"use one of {', '.join(ACCEPTANCE)}")
+        # The names come from the registry (tackroom.optimize.acceptance, plug-ins).
+        entry("acceptance", self.acceptance, where=f"{w} [optimize] acceptance")
+        check_proposer(self.proposer, f"{w} [optimize] proposer")
         for name, lo, hi in (("rounds", 1, 1000), ("candidates", 1, 100),
                              ("budget", 1, 100_000), ("concurrency", 0, 4096),
                              ("max_tokens", 1, 1_000_000)):

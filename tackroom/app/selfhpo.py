@@ -68,6 +68,8 @@ class SelfHPOResult:
     #: carry them (arms that kept the same harness content share its name).
     cells: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: The finished run as ``tackroom report`` shows it (:func:`read_self_hpo`).
+    report: dict[str, Any] = field(default_factory=dict)
 
 
 def self_hpo(config: SelfHPOConfig | str | Path | None = None, *,
@@ -98,7 +100,9 @@ def self_hpo(config: SelfHPOConfig | str | Path | None = None, *,
         out = Path(out_dir or Path(st.path).parent / "self-hpo" / rid).resolve()
         loop = _SelfHPO(cfg, st, rid, out, on_note or (lambda _line: None), on_step)
         loop.progress = on_progress or (lambda _done, _total: None)
-        return loop.run(resume_run)
+        result = loop.run(resume_run)
+        result.report = read_self_hpo(st, rid)
+        return result
 
 
 class _SelfHPO:

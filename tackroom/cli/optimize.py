@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from tackroom.cli.common import DEFAULT_DB, DbOpt, console, progress_bar
 
@@ -36,6 +35,7 @@ def optimize_cmd(
     from tackroom.app.optimization import optimize
     from tackroom.app.optimize_config import OptimizeConfig
     from tackroom.core.errors import ConfigError
+    from tackroom.report.audit_tables import optimize_table
 
     if (config is None) == (resume is None):
         raise ConfigError("give --config FILE for a new run or --resume OPT_RUN", "optimize",
@@ -46,13 +46,7 @@ def optimize_cmd(
         result = optimize(cfg, store=db, run_id=resume, resume_run=resume is not None,
                           out_dir=out, on_note=bar.note,
                           on_progress=lambda done, budget: bar.update(done, budget, "of budget"))
-    table = Table(title=f"optimiser run {result.run_id}")
-    for col in ("harness", "dev", "test", "n dev", "n test"):
-        table.add_column(col, justify="left" if col == "harness" else "right")
-    for label, row in result.table.items():
-        table.add_row(label, f"{row['dev']:.1%}", f"{row['test']:.1%}", str(row["n_dev"]),
-                      str(row["n_test"]))
-    console.print(table)
+    console.print(optimize_table(result))
     console.print(f"accepted: {', '.join(result.accepted) or 'nothing'}; "
                   f"{result.dev_evaluations} dev evaluation(s), {result.rejected} candidate(s) "
                   f"rejected by the leakage guard; best harness: {result.best_path}")
@@ -81,16 +75,11 @@ def audit_cmd(
     from pathlib import Path
 
     from tackroom.app.optimization import audit
-    from tackroom.optimize.audit import render_audit_tables
+    from tackroom.report.audit_tables import audit_tables
 
     with progress_bar("audit", None, stats="fresh seeds…") as bar:
         result = audit(run, store=db, on_note=bar.note)
-    for i, effect in enumerate(result.replay):
-        for table in render_audit_tables(effect=effect):
-            table.title = f"{table.title or 'acceptance replay'} (round {i})"
-            console.print(table)
-    for table in render_audit_tables(devtest=result.dev_test, usage=result.usage,
-                                     costs=result.costs):
+    for table in audit_tables(result):
         console.print(table)
     if json_out:
         Path(json_out).write_text(json.dumps(result.to_dict(), indent=1))
@@ -141,12 +130,9 @@ def self_hpo_cmd(
                           on_step=lambda step, total, m: bar.update(
                               phases[0], phases[1], f"training step {step}/{total}, success "
                               f"{m.get('success', float('nan')):.0%}"))
-    from tackroom.app.runs import open_store
-    from tackroom.app.selfhpo import read_self_hpo
     from tackroom.report.terminal import self_hpo_tables
 
-    with open_store(db, read_only=True) as store:
-        for table in self_hpo_tables(read_self_hpo(store, result.run_id)):
-            console.print(table)
+    for table in self_hpo_tables(result.report):
+        console.print(table)
     console.print(f"sealed run {result.sealed_run} (manifest {result.manifest}); "
                   f"the lineage plot: tackroom report {result.run_id}")

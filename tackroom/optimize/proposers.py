@@ -15,6 +15,11 @@ wrong on the way (an answer with no usable edits, a server error) goes to the pr
   propose.
 * :class:`SeedProposer` — the hand-written baseline, :func:`tackroom.optimize.seeds.seed_edits`,
   as a proposer.
+
+Each registers a factory under the ``proposer`` kind of :mod:`tackroom.core.registry`
+(``scripted``, ``seeds``, ``llm``); :func:`make_proposer` builds the one an
+``optimize.toml``'s ``proposer`` names: a registered name, or a policy spec, which
+is the ``llm`` proposer asking that policy.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from typing import Any, Protocol
 
 from tackroom.core.aio import run_sync
 from tackroom.core.episode import Episode
-from tackroom.core.errors import ContextLengthExceeded, InfraError
+from tackroom.core.errors import ConfigError, ContextLengthExceeded, InfraError, PolicyError
 from tackroom.core.policy import Policy, PolicyRequest, Sampling
+from tackroom.core.registry import entry, has, names, register
 from tackroom.harness.spec import HarnessSpec, Skill
 from tackroom.optimize.edits import (
     EDIT_GRAMMAR,
@@ -41,7 +47,7 @@ from tackroom.optimize.guard import LeakageGuard
 from tackroom.optimize.seeds import SEEDS, seed_edits, seed_skills
 
 __all__ = ["DEFAULT_POOL", "LLMProposer", "Proposer", "ScriptedProposer", "SeedProposer",
-           "rule_pool", "seed_edits", "seed_skills"]
+           "check_proposer", "make_proposer", "rule_pool", "seed_edits", "seed_skills"]
 
 
 class Proposer(Protocol):
@@ -371,3 +377,65 @@ class SeedProposer:
     async def apropose(self, parent: HarnessSpec, failures: list[Episode], n: int,
                        rng_seed: int) -> list[list[Edit]]:
         return self.propose(parent, failures, n, rng_seed)
+
+
+# -- the registered proposers -----------------------------------------------------------------
+# A factory per name: ``factory(suite, *, policy=None, base_url=None) -> Proposer``. The
+# ``llm`` entry takes the policy spec a config names in place of a proposer name.
+@register("proposer", "scripted", summary="seeded structured mutations of rules, skills and "
+          "loop limits (tests, models too small to propose)")
+def scripted_proposer(suite: str, *, policy: str | None = None,
+                      base_url: str | None = None) -> ScriptedProposer:
+    """A :class:`ScriptedProposer` drawing from ``suite``'s :func:`rule_pool`."""
+    return ScriptedProposer(rule_pool(suite))
+
+
+@register("proposer", "seeds", summary="the suite's hand-written seed skills, as one candidate")
+def seeds_proposer(suite: str, *, policy: str | None = None,
+                   base_url: str | None = None) -> SeedProposer:
+    """A :class:`SeedProposer` for ``suite``."""
+    return SeedProposer(suite)
+
+
+@register("proposer", "llm", summary="GEPA's reflective mutation by a policy: write its spec "
+          "(openai:M, hf:DIR) as the proposer", policy=True)
+def llm_proposer(suite: str, *, policy: str | None = None,
+                 base_url: str | None = None) -> LLMProposer:
+    """An :class:`LLMProposer` asking the policy ``policy`` (a policy spec)."""
+    from tackroom.policies import make_policy
+
+    if not policy:
+        raise ConfigError("the llm proposer needs a policy", "proposer",
+                          "write the policy's spec as the proposer, e.g. proposer = "
+                          "\"openai:Qwen/Qwen3-8B\"")
+    return LLMProposer(make_policy(policy, base_url=base_url))
+
+
+def _named(spec: str) -> bool:
+    """Whether ``spec`` is a registered proposer written by its name (not a policy spec)."""
+    return has("proposer", spec) and not entry("proposer", spec).meta.get("policy")
+
+
+def check_proposer(spec: str, where: str = "proposer") -> None:
+    """Raise :class:`ConfigError` unless ``spec`` is a proposer's name or a policy spec
+    (its form only: nothing is loaded)."""
+    from tackroom.policies import check_policy_spec
+
+    if _named(spec):
+        return
+    try:
+        check_policy_spec(spec)
+    except (PolicyError, ConfigError):
+        named = [n for n in names("proposer") if _named(n)]
+        raise ConfigError(f"unknown proposer {spec!r}", where,
+                          f"use one of: {', '.join(named)}, or a policy spec for the llm "
+                          "proposer (openai:MODEL, hf:DIR)") from None
+
+
+def make_proposer(spec: str, *, suite: str, base_url: str | None = None) -> Proposer:
+    """The proposer ``spec`` names: a registered proposer by name, else the ``llm`` proposer
+    asking the policy ``spec``."""
+    if _named(spec):
+        return entry("proposer", spec).obj(suite, base_url=base_url)
+    check_proposer(spec)
+    return entry("proposer", "llm").obj(suite, policy=spec, base_url=base_url)
