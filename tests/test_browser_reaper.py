@@ -28,7 +28,7 @@ pytest.importorskip("miniwob")
 pytest.importorskip("selenium")
 from tackroom.core import owner  # noqa: E402
 from tackroom.records import RecordStore  # noqa: E402
-from tackroom.suites.miniwob import reaper  # noqa: E402
+from tackroom.suites import reaper  # noqa: E402
 
 HAVE_CHROME = os.path.isfile(os.environ.get("MINIWOB_CHROME_BINARY", "/usr/bin/chromium"))
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),

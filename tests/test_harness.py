@@ -9,7 +9,7 @@ import pytest
 
 from tackroom.core import Click, ClickAt, Element, HarnessError, Observation, Press, Type, TypeText
 from tackroom.core.policy import PolicyResponse, ToolCall
-from tackroom.harness.registry import PARSERS, RENDERERS, renderer
+from tackroom.core.registry import get, names, register, unregister
 from tackroom.harness.session import HarnessSession
 from tackroom.harness.spec import list_harnesses, load_harness
 
@@ -99,7 +99,7 @@ def test_circular_extends_is_reported(tmp_path):
 
 
 def test_user_renderer_registered_in_python_is_usable_from_toml(tmp_path):
-    @renderer("shouting")
+    @register("renderer", "shouting")
     def shouting(obs, options):
         return obs.instruction.upper()
 
@@ -108,18 +108,18 @@ def test_user_renderer_registered_in_python_is_usable_from_toml(tmp_path):
         session = HarnessSession(load_harness(str(p)), "click it")
         assert session.render(_obs()) == "CLICK BUTTON ONE."
     finally:
-        RENDERERS.pop("shouting")
+        unregister("renderer", "shouting")
 
 
 def test_renderers_show_the_same_page_three_ways():
     obs = _obs()
-    el = RENDERERS["element_list"](obs, {})
+    el = get("renderer", "element_list")(obs, {})
     assert '[3] button "ONE"' in el and "value='ab'" in el
-    assert 'data-wob_ref="3"' in RENDERERS["html"](obs, {})
-    outline = RENDERERS["outline"](obs, {"coords": True, "refs": False})
+    assert 'data-wob_ref="3"' in get("renderer", "html")(obs, {})
+    outline = get("renderer", "outline")(obs, {"coords": True, "refs": False})
     assert 'button "ONE" at (30, 30)' in outline and "[3]" not in outline
     assert "textbox" in outline
-    long = RENDERERS["html"](Observation("x", html="a" * 500), {"max_chars": 100})
+    long = get("renderer", "html")(Observation("x", html="a" * 500), {"max_chars": 100})
     assert "truncated" in long and len(long) < 200
 
 
@@ -233,7 +233,7 @@ def test_reflection_after_action_error_only_where_the_harness_says():
 
 
 def test_all_builtin_parsers_are_registered():
-    assert {"tool_calls", "commands", "json"} <= set(PARSERS)
+    assert {"tool_calls", "commands", "json"} <= set(names("parser"))
 
 
 def _text_harness(tmp_path: Path, parser: str = "commands") -> HarnessSession:

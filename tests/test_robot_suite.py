@@ -23,8 +23,8 @@ from tackroom.core.episode import Outcome  # noqa: E402
 from tackroom.core.errors import ActionError, InfraError  # noqa: E402
 from tackroom.core.observation import Observation  # noqa: E402
 from tackroom.core.policy import PolicyResponse, Sampling, ToolCall  # noqa: E402
+from tackroom.core.registry import get, has  # noqa: E402
 from tackroom.harness.interfaces import Call, CallError  # noqa: E402
-from tackroom.harness.registry import INTERFACES, PARSERS, RENDERERS  # noqa: E402
 from tackroom.harness.robot import RobotCommand, RunController  # noqa: E402
 from tackroom.harness.session import HarnessSession  # noqa: E402
 from tackroom.harness.spec import load_harness  # noqa: E402
@@ -38,7 +38,7 @@ from tackroom.testing import ScriptedOpenAIServer, text, tool_call  # noqa: E402
 
 SUITE = get_suite("robot", {"screenshots": False})
 needs_sandbox = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap cannot run here")
-HAS_BROWSER = ("robot_screenshot" in RENDERERS and shutil.which("chromium") is not None
+HAS_BROWSER = (has("renderer", "robot_screenshot") and shutil.which("chromium") is not None
                and shutil.which("chromedriver") is not None)
 
 
@@ -75,7 +75,7 @@ def test_experts_succeed_through_every_harness_from_the_cli(tmp_path):
 
 
 def test_screenshot_harness_validates_once_its_renderer_exists():
-    if "robot_screenshot" not in RENDERERS:
+    if not has("renderer", "robot_screenshot"):
         pytest.skip("the robot_screenshot renderer is not registered yet")
     spec = load_harness("robot-screenshot")
     assert spec.observation["renderer"] == "robot_screenshot"
@@ -249,7 +249,7 @@ def test_env_screenshots_are_lazy_and_of_their_own_state():
 
 
 def test_interfaces_round_trip_the_expert_plan():
-    commands, controller = INTERFACES["robot_commands"], INTERFACES["robot_controller"]
+    commands, controller = get("interface", "robot_commands"), get("interface", "robot_controller")
     obs = Observation("x")
     cam = RobotCommand("camera", {"pos": [1.0, 0.0, 1.0], "target": [0.0, 0.0, 0.0]})
     (call,) = commands.express(cam, obs)
@@ -262,7 +262,7 @@ def test_interfaces_round_trip_the_expert_plan():
         commands.to_actions(Call("move_ee", {"x": 0, "y": 0}))
     act = RobotCommand("gripper", {"action": "open"})
     assert action_from_dict(act.to_dict()) == act
-    parser = PARSERS["robot_script"]
+    parser = get("parser", "robot_script")
     reply = parser.encode([Call("run_controller", {"code": "import robot\n"})], controller)
     assert parser.parse(reply, controller) == [Call("run_controller", {"code": "import robot"})]
     tools = PolicyResponse(tool_calls=[ToolCall("c1", "run_controller", "{}")])

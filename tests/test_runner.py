@@ -208,15 +208,15 @@ def test_episode_ids_are_deterministic_and_resume_skips_done_cells():
 
 
 def test_tasks_a_harness_cannot_express_are_not_run(tmp_path):
+    from tackroom.core.registry import register, unregister
     from tackroom.harness.interfaces import ElementRefInterface
-    from tackroom.harness.registry import INTERFACES, register_interface
 
     class ClicksOnly(ElementRefInterface):
         name = "clicks_only"
         supports = frozenset({"click"})
         specs = ElementRefInterface.specs[:1]
 
-    register_interface(ClicksOnly())
+    register("interface")(ClicksOnly())
     try:
         h = harness(tmp_path, "som-tools", 'actions.interface = "clicks_only"\n')
         plan = plan_grid([TASKS["click-button"], TASKS["enter-text"]], [h],
@@ -224,7 +224,7 @@ def test_tasks_a_harness_cannot_express_are_not_run(tmp_path):
         assert [c.task.id for c in plan.cells] == ["click-button"] * 2
         assert [(t.id, hh.name) for t, hh in plan.inexpressible] == [("enter-text", h.name)]
     finally:
-        INTERFACES.pop("clicks_only")
+        unregister("interface", "clicks_only")
 
 
 class AppendStore(ListStore):

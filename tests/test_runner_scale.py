@@ -242,7 +242,7 @@ def test_waiting_for_an_environment_is_not_the_episodes_wall_time(tmp_path: Path
 def test_miniwob_pool_never_asks_for_more_browsers_than_memory_holds(monkeypatch):
     pytest.importorskip("selenium")
     import tackroom.suites.miniwob as miniwob
-    import tackroom.suites.miniwob.reaper as reaper
+    import tackroom.suites.reaper as reaper
 
     monkeypatch.setattr(reaper, "reap_orphans", lambda: None)
     monkeypatch.setattr(miniwob, "browsers_that_fit", lambda: 3)

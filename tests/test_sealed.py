@@ -40,21 +40,21 @@ def refused(*args: str) -> str:
 @pytest.fixture
 def clicks_only_harness(tmp_path):
     """A harness whose interface can only click: it cannot express typing tasks."""
+    from tackroom.core.registry import register, unregister
     from tackroom.harness.interfaces import ElementRefInterface
-    from tackroom.harness.registry import INTERFACES, register_interface
 
     class ClicksOnly(ElementRefInterface):
         name = "clicks_only"
         supports = frozenset({"click"})
         specs = ElementRefInterface.specs[:1]
 
-    register_interface(ClicksOnly())
+    register("interface")(ClicksOnly())
     path = tmp_path / "clicks.toml"
     path.write_text('extends = "som-tools"\n[actions]\ninterface = "clicks_only"\n')
     try:
         yield path
     finally:
-        INTERFACES.pop("clicks_only")
+        unregister("interface", "clicks_only")
 
 
 def test_sealed_eval_reports_every_cell_with_the_manifest_hash(tmp_path, clicks_only_harness):

@@ -6,7 +6,7 @@ its expert is a :class:`~tackroom.core.policy.Policy` behind the model gateway
 that writes replies in that format: it is the agent harness's lower bound of
 its ceiling, as the built-in experts are for theirs.
 
-Formats (the harness's ``[agent] expert``):
+Formats (the harness's ``[agent] expert``; each registered as kind ``agent_expert``):
 
 * ``shell-tool`` (mini-swe-agent, Qwen Code, OpenHands: CLIs that give the
   model a shell tool): the first reply calls the CLI's shell tool — the tool
@@ -33,6 +33,7 @@ from typing import Any
 from tackroom.core.actions import Action, Edit, Shell, Submit, WriteFile
 from tackroom.core.errors import ConfigError
 from tackroom.core.policy import PolicyRequest, PolicyResponse, ToolCall
+from tackroom.core.registry import get, register
 
 
 def bash_script(actions: Sequence[Action]) -> str:
@@ -86,40 +87,44 @@ class AgentExpert:
     """Answers an agent CLI's calls with one episode's reference actions, then its submit.
 
     One instance per episode (it counts the calls it answered). ``actions`` are
-    what the task's expert does from the task's first observation.
+    what the task's expert does from the task's first observation. Each format is a
+    subclass, registered as kind ``agent_expert`` under the name a harness's
+    ``[agent] expert`` gives; :func:`make_agent_expert` picks one by that name.
     """
 
     id = "expert"
 
-    def __init__(self, actions: Sequence[Action], fmt: str, submit: str = "",
-                 fence: str = "bash") -> None:
-        if fmt not in ("shell-tool", "bash-block", "search-replace"):
-            raise ConfigError(f"no scripted expert for the {fmt!r} format yet", "agent expert",
-                              "use expert = \"shell-tool\", \"bash-block\" or "
-                              "\"search-replace\", or evaluate this harness with a model")
-        self.fmt, self.submit, self.fence = fmt, submit, fence
+    def __init__(self, actions: Sequence[Action], submit: str = "", fence: str = "bash") -> None:
+        self.submit, self.fence = submit, fence
         # A suite's expert may offer one plan in several forms (the robot suite's: commands,
         # a controller script, then the same plan as a shell script): a CLI says the forms
         # a shell or an editor can, when there are any.
         said = [a for a in actions if isinstance(a, (Shell, Edit, WriteFile, Submit))]
-        actions = said or list(actions)
-        if fmt == "search-replace":
-            self.script = search_replace(actions)
-        else:
-            self.script = bash_script(actions)
+        self.script = self.write(said or list(actions))
         self.calls = 0
+
+    def write(self, actions: Sequence[Action]) -> str:
+        """The reference actions as the one script this format sends."""
+        return bash_script(actions)
 
     async def act(self, request: PolicyRequest) -> PolicyResponse:
         self.calls += 1
-        command = self.script if self.calls == 1 else self.submit
-        if self.fmt == "search-replace":
-            text = self.script if self.calls == 1 else "The changes are made."
-            return PolicyResponse(text=text, model="expert")
-        if self.fmt == "bash-block":
-            if not command:
-                return PolicyResponse(text="The task is done.", model="expert")
-            return PolicyResponse(text=f"Running the reference solution.\n\n"
-                                       f"```{self.fence}\n{command}\n```", model="expert")
+        return self.reply(request, self.script if self.calls == 1 else self.submit)
+
+    def reply(self, request: PolicyRequest, command: str) -> PolicyResponse:
+        """This call's answer: ``command`` (the script, then the submit command) in the
+        format's own form; an empty command ends the CLI's turn in plain text."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        return None
+
+
+@register("agent_expert", "shell-tool")
+class ShellToolExpert(AgentExpert):
+    """Calls the CLI's shell tool (mini-swe-agent, Qwen Code, OpenHands) with the script."""
+
+    def reply(self, request: PolicyRequest, command: str) -> PolicyResponse:
         tool = shell_tool(request.tools or [])
         if tool is None:
             raise ConfigError("the CLI offered no shell tool (one with a 'command' "
@@ -133,8 +138,37 @@ class AgentExpert:
                         arguments=json.dumps({"command": command, **extra}))
         return PolicyResponse(text=None, tool_calls=[call], model="expert")
 
-    async def aclose(self) -> None:
-        return None
+
+@register("agent_expert", "bash-block")
+class BashBlockExpert(AgentExpert):
+    """Writes the script in a fenced block (text-based CLIs)."""
+
+    def reply(self, request: PolicyRequest, command: str) -> PolicyResponse:
+        if not command:
+            return PolicyResponse(text="The task is done.", model="expert")
+        return PolicyResponse(text=f"Running the reference solution.\n\n"
+                                   f"```{self.fence}\n{command}\n```", model="expert")
+
+
+@register("agent_expert", "search-replace")
+class SearchReplaceExpert(AgentExpert):
+    """Writes each edit as an Aider SEARCH/REPLACE block; runs no shell command."""
+
+    def write(self, actions: Sequence[Action]) -> str:
+        return search_replace(actions)
+
+    def reply(self, request: PolicyRequest, command: str) -> PolicyResponse:
+        text = self.script if self.calls == 1 else "The changes are made."
+        return PolicyResponse(text=text, model="expert")
+
+
+def make_agent_expert(actions: Sequence[Action], fmt: str, submit: str = "",
+                      fence: str = "bash") -> AgentExpert:
+    """The scripted expert registered as ``fmt`` (a harness's ``[agent] expert``) for one
+    episode's reference ``actions``; :class:`ConfigError` naming the formats if none."""
+    cls = get("agent_expert", fmt, where="[agent] expert")
+    expert: AgentExpert = cls(actions, submit=submit, fence=fence)
+    return expert
 
 
 def shell_tool(tools: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:

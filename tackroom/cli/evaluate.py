@@ -26,11 +26,12 @@ from tackroom.cli.common import (
 from tackroom.core.episode import Episode, Outcome
 from tackroom.core.errors import ConfigError, TackroomError
 from tackroom.core.policy import Sampling
-from tackroom.policies import POLICY_KINDS
-from tackroom.suites import SUITES, get_suite
+from tackroom.core.registry import choices
+from tackroom.policies import policy_forms
+from tackroom.suites import get_suite
 
-_SUITE_HELP = f"Suite: {', '.join(SUITES)}."
-_POLICY_HELP = " | ".join(POLICY_KINDS) + " (comma-separated)."
+_SUITE_HELP = f"Suite: {choices('suite')}, or module:factory (see `tackroom list suite`)."
+_POLICY_HELP = " | ".join(policy_forms()) + " (comma-separated)."
 
 #: eval options that choose cells; a sealed manifest fixes them all.
 _CELL_OPTIONS = ("suite", "tasks", "harness", "policy", "seeds", "temperature", "top_p",

@@ -12,11 +12,11 @@ from rich.table import Table
 
 from tackroom.cli.common import console, err_console
 from tackroom.core.errors import TackroomError
-from tackroom.suites import SUITES
+from tackroom.core.registry import choices
 
 
 def tasks_cmd(ctx: typer.Context,
-              suite: Annotated[str, typer.Option(help="Suite: " + ", ".join(SUITES) + ".")] = "miniwob") -> None:
+              suite: Annotated[str, typer.Option(help="Suite: " + choices("suite") + ".")] = "miniwob") -> None:
     """List a suite's tasks, what they require, and which have an expert.
 
     [bold]Example[/bold]:  tackroom tasks --suite toy

@@ -7,12 +7,18 @@ actions; environments execute them. Every action round-trips through
 The action *kinds* (``Action.kind``) are also the capabilities that a task
 requires and that a harness's action interface offers: a task that needs
 ``type`` cannot be expressed by a harness that can only ``click``.
+
+Each action type registers itself (``@register("action", KIND)``, the same name as its
+``kind``), and :func:`action_from_dict` reads the registry, so action types defined
+above core (the robot's, in :mod:`tackroom.harness.robot`) decode as these do.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
+
+from tackroom.core.registry import get, has, names, register
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,7 @@ class Action:
         return {"kind": self.kind, **asdict(self)}
 
 
+@register("action", "click")
 @dataclass(frozen=True)
 class Click(Action):
     """Click the element with reference ``ref`` (as shown by the renderer)."""
@@ -34,6 +41,7 @@ class Click(Action):
     kind: ClassVar[str] = "click"
 
 
+@register("action", "type")
 @dataclass(frozen=True)
 class Type(Action):
     """Focus the element ``ref`` and type ``text`` into it."""
@@ -43,6 +51,7 @@ class Type(Action):
     kind: ClassVar[str] = "type"
 
 
+@register("action", "click_at")
 @dataclass(frozen=True)
 class ClickAt(Action):
     """Click at page coordinates (``x``, ``y``) in CSS pixels."""
@@ -52,6 +61,7 @@ class ClickAt(Action):
     kind: ClassVar[str] = "click_at"
 
 
+@register("action", "type_text")
 @dataclass(frozen=True)
 class TypeText(Action):
     """Type ``text`` into whatever element has the keyboard focus."""
@@ -60,6 +70,7 @@ class TypeText(Action):
     kind: ClassVar[str] = "type_text"
 
 
+@register("action", "press")
 @dataclass(frozen=True)
 class Press(Action):
     """Press a key or key combination, e.g. ``Enter``, ``C-a``."""
@@ -68,6 +79,7 @@ class Press(Action):
     kind: ClassVar[str] = "press"
 
 
+@register("action", "shell")
 @dataclass(frozen=True)
 class Shell(Action):
     """Run a shell command (terminal and code suites)."""
@@ -76,6 +88,7 @@ class Shell(Action):
     kind: ClassVar[str] = "shell"
 
 
+@register("action", "edit")
 @dataclass(frozen=True)
 class Edit(Action):
     """Replace ``old`` by ``new`` in ``path`` (code suite)."""
@@ -86,6 +99,7 @@ class Edit(Action):
     kind: ClassVar[str] = "edit"
 
 
+@register("action", "write_file")
 @dataclass(frozen=True)
 class WriteFile(Action):
     """Create or overwrite ``path`` with ``content`` (code suite)."""
@@ -95,6 +109,7 @@ class WriteFile(Action):
     kind: ClassVar[str] = "write_file"
 
 
+@register("action", "edit_lines")
 @dataclass(frozen=True)
 class EditLines(Action):
     """Replace lines ``start``..``end`` (1-based, inclusive) of ``path`` by ``text``.
@@ -112,6 +127,7 @@ class EditLines(Action):
     kind: ClassVar[str] = "edit_lines"
 
 
+@register("action", "view_file")
 @dataclass(frozen=True)
 class ViewFile(Action):
     """Show ``path`` (``""``: the file already open in the viewer).
@@ -128,6 +144,7 @@ class ViewFile(Action):
     kind: ClassVar[str] = "view_file"
 
 
+@register("action", "submit")
 @dataclass(frozen=True)
 class Submit(Action):
     """Declare the task finished, optionally with an answer."""
@@ -136,6 +153,7 @@ class Submit(Action):
     kind: ClassVar[str] = "submit"
 
 
+@register("action", "run_agent")
 @dataclass(frozen=True)
 class RunAgent(Action):
     """Run an agent program in the task's sandbox until it exits (an agent harness's one step).
@@ -160,17 +178,15 @@ class RunAgent(Action):
     kind: ClassVar[str] = "run_agent"
 
 
-ACTION_TYPES: dict[str, type[Action]] = {
-    cls.kind: cls for cls in (Click, Type, ClickAt, TypeText, Press, Shell, Edit,
-                           WriteFile, EditLines, ViewFile, Submit, RunAgent)
-}
-
-
 def action_from_dict(data: dict[str, Any]) -> Action:
-    """Inverse of :meth:`Action.to_dict`; raises ``ValueError`` on an unknown kind."""
-    kind = data.get("kind")
-    cls = ACTION_TYPES.get(str(kind))
-    if cls is None:
-        raise ValueError(f"unknown action kind {kind!r}; known: {sorted(ACTION_TYPES)}")
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+    """Inverse of :meth:`Action.to_dict`; raises ``ValueError`` on an unknown kind.
+
+    Kinds are read from the registry (kind ``action``), so the action types a harness
+    module defines (the robot's) decode as these do.
+    """
+    kind = str(data.get("kind"))
+    if not has("action", kind):
+        raise ValueError(f"unknown action kind {kind!r}; known: {names('action')}")
+    cls: type[Action] = get("action", kind)
+    fieldnames = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in fieldnames})

@@ -41,8 +41,8 @@ from typing import Any, TypeVar
 
 from tackroom.core.errors import ConfigError
 
-__all__ = ["KINDS", "Entry", "register", "get", "entry", "names", "entries", "choices",
-           "load_kind", "PluginLoadError", "ENTRY_POINT_GROUP"]
+__all__ = ["KINDS", "Entry", "register", "unregister", "get", "entry", "names", "entries",
+           "choices", "has", "missing", "load_kind", "PluginLoadError", "ENTRY_POINT_GROUP"]
 
 T = TypeVar("T")
 
@@ -146,6 +146,13 @@ def register(kind: str, name: str | None = None, *, summary: str | None = None,
         return obj
 
     return deco
+
+
+def unregister(kind: str, name: str) -> None:
+    """Remove ``kind``/``name`` if registered: for a test that registers a part for itself."""
+    _check_kind(kind)
+    with _lock:
+        _table[kind].pop(name, None)
 
 
 def _origin(obj: Any) -> str:

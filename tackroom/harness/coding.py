@@ -34,6 +34,7 @@ from tackroom.core.actions import (
 )
 from tackroom.core.observation import Observation
 from tackroom.core.policy import PolicyResponse
+from tackroom.core.registry import register
 from tackroom.harness.interfaces import ActionInterface, ActionSpec, Call, Param
 from tackroom.harness.parsers import OutputParser, ParseError
 
@@ -110,6 +111,7 @@ def _files(obs: Observation) -> dict[str, str]:
 
 # -- the renderer --------------------------------------------------------------------------
 
+@register("renderer", "code")
 def render_code(obs: Observation, options: dict[str, Any]) -> str:
     """The last action's result, then the repository as ``files`` says.
 
@@ -179,6 +181,9 @@ class EditBlockInterface(ActionInterface):
         if span is None:
             return None
         return [Call("edit", {"path": path, "old": span[2], "new": span[3]})]
+
+
+register("interface")(EditBlockInterface())
 
 
 class ACIInterface(ActionInterface):
@@ -253,6 +258,10 @@ class ACIInterface(ActionInterface):
         return [Call("edit", {"start": start, "end": end, "text": new})]
 
 
+register("interface")(ACIInterface("aci", window=100, lint=True))
+register("interface")(ACIInterface("aci_nolint", window=100, lint=False))
+
+
 class CodeActInterface(ActionInterface):
     """Code as the action: bash commands and Python programs run in the sandbox (CodeAct)."""
 
@@ -297,6 +306,9 @@ class CodeActInterface(ActionInterface):
                     f".write_text({action.content!r})")
             return [Call("python", {"code": code})]
         return None
+
+
+register("interface")(CodeActInterface())
 
 
 class CodeToolsInterface(ActionInterface):
@@ -345,6 +357,9 @@ class CodeToolsInterface(ActionInterface):
         if isinstance(action, ViewFile) and action.window == 0 and action.path:
             return [Call("read_file", {"path": repo_path(action.path)})]
         return None
+
+
+register("interface")(CodeToolsInterface())
 
 
 # -- parsers -------------------------------------------------------------------------------
@@ -452,6 +467,9 @@ class EditBlockParser(OutputParser):
         if done:
             parts.append("DONE")
         return PolicyResponse(text="\n\n".join(parts))
+
+
+register("parser")(EditBlockParser())
 
 
 _ACI_SIMPLE = {"goto": ("line",), "scroll_down": (), "scroll_up": (), "create": ("path",),
@@ -563,6 +581,9 @@ class ACIParser(OutputParser):
         return PolicyResponse(text=f"```\n{cmd}\n```")
 
 
+register("parser")(ACIParser())
+
+
 _BASH = {"bash", "sh", "shell", "console", "zsh"}
 _PYTHON = {"python", "py", "python3"}
 _FINISH = re.compile(r"<finish\s*/?>", re.IGNORECASE)
@@ -616,6 +637,9 @@ class CodeBlockParser(OutputParser):
             else:
                 parts.append("<finish></finish>")
         return PolicyResponse(text="\n\n".join(parts))
+
+
+register("parser")(CodeBlockParser())
 
 
 __all__ = ["ACIInterface", "ACIParser", "CodeActInterface", "CodeBlockParser",

@@ -15,6 +15,7 @@ from typing import Any
 
 from tackroom.core.actions import Action, Click, ClickAt, Press, Type, TypeText
 from tackroom.core.observation import Observation
+from tackroom.core.registry import register
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,9 @@ class ElementRefInterface(ActionInterface):
         return None
 
 
+register("interface")(ElementRefInterface())
+
+
 class CoordinateInterface(ActionInterface):
     """Act by screen position: ``click(x, y)``, ``type(x, y, text)``, ``press(key)``.
 
@@ -194,6 +198,9 @@ class CoordinateInterface(ActionInterface):
         if isinstance(action, Press):
             return [Call("press", {"key": action.key})]
         return None
+
+
+register("interface")(CoordinateInterface())
 
 
 class ElementTextInterface(ActionInterface):
@@ -267,6 +274,9 @@ class ElementTextInterface(ActionInterface):
         if isinstance(action, Press):
             return [Call("press", {"key": action.key})]
         return None
+
+
+register("interface")(ElementTextInterface())
 
 
 __all__ = [

@@ -18,6 +18,7 @@ import uuid
 from typing import Any
 
 from tackroom.core.policy import PolicyResponse, ToolCall
+from tackroom.core.registry import register
 from tackroom.harness.interfaces import ActionInterface, ActionSpec, Call
 
 
@@ -113,6 +114,9 @@ class ToolCallParser(OutputParser):
         ])
 
 
+register("parser")(ToolCallParser())
+
+
 _FENCE = re.compile(r"```[a-zA-Z]*\n?(.*?)```", re.DOTALL)
 
 
@@ -203,6 +207,9 @@ class CommandParser(OutputParser):
         return PolicyResponse(text="```\n" + "\n".join(lines) + "\n```")
 
 
+register("parser")(CommandParser())
+
+
 def _number(word: str) -> Any:
     try:
         return int(word)
@@ -267,6 +274,9 @@ class JsonActionParser(OutputParser):
     def encode(self, calls: list[Call], interface: ActionInterface) -> PolicyResponse:
         objs = [{"action": c.name, **c.args} for c in calls]
         return PolicyResponse(text=json.dumps(objs[0] if len(objs) == 1 else objs))
+
+
+register("parser")(JsonActionParser())
 
 
 def _first_json(text: str) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tackroom.core.observation import Element, Observation
+from tackroom.core.registry import register
 
 _ROLES = {
     "button": "button", "a": "link", "input_text": "textbox", "input_password": "textbox",
@@ -47,6 +48,7 @@ def _truncate(text: str, options: dict[str, Any]) -> str:
     return text
 
 
+@register("renderer", "element_list")
 def render_element_list(obs: Observation, options: dict[str, Any]) -> str:
     """``[12] button "Submit"`` per element that has text or can be acted on."""
     lines = []
@@ -60,6 +62,7 @@ def render_element_list(obs: Observation, options: dict[str, Any]) -> str:
     return _truncate("\n".join(lines), options)
 
 
+@register("renderer", "html")
 def render_html(obs: Observation, options: dict[str, Any]) -> str:
     """The page's HTML as the browser has it; elements carry ``data-wob_ref`` / ``data-ref``."""
     if obs.html is None:
@@ -67,6 +70,7 @@ def render_html(obs: Observation, options: dict[str, Any]) -> str:
     return _truncate(obs.html.strip(), options)
 
 
+@register("renderer", "outline")
 def render_outline(obs: Observation, options: dict[str, Any]) -> str:
     """Indented ``role "name"`` outline; ``coords = true`` adds each element's centre."""
     coords = bool(options.get("coords", False))

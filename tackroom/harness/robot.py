@@ -21,9 +21,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tackroom.core.actions import ACTION_TYPES, Action
+from tackroom.core.actions import Action
 from tackroom.core.observation import Observation
 from tackroom.core.policy import PolicyResponse
+from tackroom.core.registry import register
 from tackroom.harness.coding import fenced_blocks
 from tackroom.harness.interfaces import ActionInterface, ActionSpec, Call, CallError, Param
 from tackroom.harness.parsers import OutputParser, ParseError
@@ -32,6 +33,8 @@ from tackroom.harness.parsers import OutputParser, ParseError
 MAX_SCRIPT = 50_000
 
 
+# Records store actions as dicts; ``action_from_dict`` finds these kinds in the registry.
+@register("action", "robot_command")
 @dataclass(frozen=True)
 class RobotCommand(Action):
     """One command of the robot's API: ``op`` (``move_ee``, ``gripper``, …) and its fields."""
@@ -48,17 +51,13 @@ class RobotCommand(Action):
         return hash((self.op, json.dumps(self.args, sort_keys=True, default=str)))
 
 
+@register("action", "run_controller")
 @dataclass(frozen=True)
 class RunController(Action):
     """Run ``code``, a Python controller script, once against the robot's API; then verify."""
 
     code: str
     kind: ClassVar[str] = "run_controller"
-
-
-# Records store actions as dicts; ``action_from_dict`` reads these kinds back too.
-ACTION_TYPES.setdefault(RobotCommand.kind, RobotCommand)
-ACTION_TYPES.setdefault(RunController.kind, RunController)
 
 
 # -- renderer --------------------------------------------------------------------------------
@@ -81,6 +80,7 @@ def _compact(state: dict[str, Any]) -> str:
     return "\n".join(line for line in lines if line)
 
 
+@register("renderer", "robot_state")
 def render_robot_state(obs: Observation, options: dict[str, Any]) -> str:
     """The status line (the last command's result), then the simulator state as JSON.
 
@@ -156,6 +156,9 @@ class RobotCommandInterface(ActionInterface):
         return [Call(action.op, args)]
 
 
+register("interface")(RobotCommandInterface())
+
+
 class RobotControllerInterface(ActionInterface):
     """One action: ``run_controller(code)``, a Python script run once against the robot."""
 
@@ -185,6 +188,9 @@ class RobotControllerInterface(ActionInterface):
             # module doc); here the script says it all, so single commands add no call.
             return []
         return None
+
+
+register("interface")(RobotControllerInterface())
 
 
 # -- parser ----------------------------------------------------------------------------------
@@ -241,6 +247,9 @@ class RobotScriptParser(OutputParser):
     def encode(self, calls: list[Call], interface: ActionInterface) -> PolicyResponse:
         parts = [f"```python\n{str(c.args.get('code', '')).strip(chr(10))}\n```" for c in calls]
         return PolicyResponse(text="\n\n".join(parts))
+
+
+register("parser")(RobotScriptParser())
 
 
 __all__ = ["CONTROLLER_API", "RobotCommand", "RobotCommandInterface",

@@ -24,6 +24,7 @@ from typing import Any
 
 from tackroom.core.errors import InfraError
 from tackroom.core.observation import Observation
+from tackroom.core.registry import register
 from tackroom.harness.content import RenderedParts, image_part, text_part
 
 __all__ = ["render_robot_screenshot", "robot_status"]
@@ -57,6 +58,7 @@ def robot_status(state: dict[str, Any]) -> str:
     return ("Robot: " + "; ".join(bits) + ".") if bits else ""
 
 
+@register("renderer", "robot_screenshot")
 def render_robot_screenshot(obs: Observation, options: dict[str, Any]) -> RenderedParts | str:
     """The observation as a short status text and a PNG screenshot of the 3D view."""
     shot = obs.extra.get("screenshot") if obs.extra else None

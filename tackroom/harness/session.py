@@ -15,10 +15,10 @@ from typing import Any
 from tackroom.core.actions import Action
 from tackroom.core.observation import Observation
 from tackroom.core.policy import PolicyResponse
+from tackroom.core.registry import get
 from tackroom.harness.content import merge_text, parts_of, text_part
 from tackroom.harness.interfaces import ActionInterface, Call, CallError
 from tackroom.harness.parsers import OutputParser, ParseError
-from tackroom.harness.registry import RENDERERS
 from tackroom.harness.spec import HarnessSpec
 
 #: Stands for ``{observation}`` while a template is formatted around content parts.
@@ -51,7 +51,7 @@ class HarnessSession:
         self.instruction = instruction
         self.interface: ActionInterface = spec.interface
         self.parser: OutputParser = spec.parser
-        self._render = RENDERERS[spec.observation["renderer"]]
+        self._render = get("renderer", spec.observation["renderer"])
         self._render_opts = {"max_chars": spec.observation["max_chars"],
                              **spec.observation["options"]}
         self._tools = spec.tools

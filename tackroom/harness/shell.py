@@ -19,6 +19,7 @@ from typing import Any
 from tackroom.core.actions import Action, Press, Shell, Submit, TypeText
 from tackroom.core.observation import Observation
 from tackroom.core.policy import PolicyResponse
+from tackroom.core.registry import register
 from tackroom.harness.interfaces import ActionInterface, ActionSpec, Call, CallError, Param
 from tackroom.harness.parsers import OutputParser, ParseError, ToolCallParser
 
@@ -42,6 +43,7 @@ class TypeKeys(TypeText):
 
 
 # -- renderer --------------------------------------------------------------------------------
+@register("renderer", "terminal")
 def render_terminal(obs: Observation, options: dict[str, Any]) -> str:
     """The terminal text, then the sandbox's limits (``limits = false`` drops that line).
 
@@ -102,6 +104,9 @@ class ShellCommandInterface(ActionInterface):
         return None
 
 
+register("interface")(ShellCommandInterface())
+
+
 class TerminalKeysInterface(ActionInterface):
     """``send_keys(keystrokes, wait_s)`` types into a live shell; ``submit()`` ends."""
 
@@ -151,6 +156,9 @@ class TerminalKeysInterface(ActionInterface):
             keys = cmd + "\n"
         wait = float(obs.extra.get("command_timeout_s", 10.0))
         return [Call("send_keys", {"keystrokes": keys, "wait_s": wait})]
+
+
+register("interface")(TerminalKeysInterface())
 
 
 # -- parsers ---------------------------------------------------------------------------------
@@ -239,6 +247,9 @@ class BashBlockParser(OutputParser):
         return PolicyResponse(text="\n\n".join(parts))
 
 
+register("parser")(BashBlockParser())
+
+
 class TerminalToolParser(ToolCallParser):
     """Native tool calls for the terminal: optional parameters stay optional in the schema."""
 
@@ -256,3 +267,6 @@ class TerminalToolParser(ToolCallParser):
         """All parameters but those the interface lists as ``optional`` (with defaults)."""
         optional = getattr(interface, "optional", {}).get(spec.name, {})
         return [p.name for p in spec.params if p.name not in optional]
+
+
+register("parser")(TerminalToolParser())

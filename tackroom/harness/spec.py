@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.errors import HarnessError
-from tackroom.harness import registry
+from tackroom.core.registry import get, names
 from tackroom.harness.agent import check_agent
 from tackroom.harness.delegation import check_delegation
 
@@ -161,7 +161,7 @@ class HarnessSpec:
     @property
     def interface(self) -> Any:
         """The action interface, with this harness's tool descriptions when it has some."""
-        iface = registry.INTERFACES[self.actions["interface"]]
+        iface = get("interface", self.actions["interface"])
         described = self.actions.get("descriptions")
         if not described:
             return iface
@@ -174,7 +174,7 @@ class HarnessSpec:
 
     @property
     def parser(self) -> Any:
-        return registry.PARSERS[self.actions["parser"]]
+        return get("parser", self.actions["parser"])
 
     @functools.cached_property
     def tools(self) -> list[dict[str, Any]] | None:
@@ -465,7 +465,7 @@ def _check_template(value: str, allowed: set[str], where: str) -> None:
 
 
 def _check_observation(o: dict[str, Any], where: str) -> None:
-    _choice(o["renderer"], set(registry.RENDERERS), f"{where} [observation].renderer", "renderer")
+    _choice(o["renderer"], names("renderer"), f"{where} [observation].renderer", "renderer")
     _range(o["max_chars"], 0, 1_000_000, f"{where} [observation].max_chars", "max_chars")
     _type(o["options"], dict, f"{where} [observation].options", "options")
     if "max_chars" in o["options"]:  # the renderers read it there, over the slot's own
@@ -491,8 +491,8 @@ def _check_plain(value: Any, where: str) -> None:
 
 
 def _check_actions(a: dict[str, Any], where: str) -> None:
-    _choice(a["interface"], set(registry.INTERFACES), f"{where} [actions].interface", "interface")
-    _choice(a["parser"], set(registry.PARSERS), f"{where} [actions].parser", "parser")
+    _choice(a["interface"], names("interface"), f"{where} [actions].interface", "interface")
+    _choice(a["parser"], names("parser"), f"{where} [actions].parser", "parser")
     described = a.get("descriptions")
     if described is None:
         return
@@ -500,11 +500,11 @@ def _check_actions(a: dict[str, Any], where: str) -> None:
     if not isinstance(described, dict):
         raise HarnessError("descriptions must be a table of action name = text", w,
                            'e.g. [actions.descriptions] click = "Click an element by its number."')
-    names = [sp.name for sp in registry.INTERFACES[a["interface"]].specs]
+    actions = [sp.name for sp in get("interface", a["interface"]).specs]
     for name, text in described.items():
-        if name not in names:
+        if name not in actions:
             raise HarnessError(f"no action {name!r} in interface {a['interface']!r}", w,
-                               f"describe one of: {', '.join(names)}")
+                               f"describe one of: {', '.join(actions)}")
         if not isinstance(text, str) or not text.strip() or len(text) > 2000:
             raise HarnessError(f"the description of {name!r} must be text of 1 to 2000 "
                                "characters", w, "write what the tool does, in one line")

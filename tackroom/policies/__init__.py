@@ -1,12 +1,19 @@
-"""Policy backends by spec string: one table that both checks and builds them.
+"""Policy backends by spec string, each registered as kind ``policy``.
 
 ``expert``, ``skill-expert`` (the expert gated by the harness's skills, a scripted
 stand-in for a model that reads skills), ``bundled``, ``hf:MODEL_DIR[:ADAPTER_DIR]``,
-``openai:MODEL[@BASE_URL]`` and ``replay:RUN_ID[:POLICY]``. Each :class:`Backend` says which spec form it
-reads, which loose options (``base_url``, ``timeout``, ``threads`` …) it takes,
-and how to build it; :func:`check_policy_spec` (form only, nothing loaded, e.g.
-for a manifest sealed before the policy runs) and :func:`make_policy` read the
-same table, so they cannot disagree.
+``openai:MODEL[@BASE_URL]`` and ``replay:RUN_ID[:POLICY]``. Each backend is a build
+function registered with ``@register("policy", KIND, form=..., takes_argument=...,
+options=...)``: which spec form it reads, which loose options (``base_url``,
+``timeout``, ``threads`` …) it takes, and how to build it. :func:`check_policy_spec`
+(form only, nothing loaded, e.g. for a manifest sealed before the policy runs),
+:func:`make_policy` and ``--help`` read the registry when called, so a backend a plug-in
+registers (through the ``tackroom`` entry-point group) is checked and built like these::
+
+    @register("policy", "mine", form="mine:MODEL", takes_argument=True,
+              options=frozenset({"timeout"}))
+    def build_mine(spec: str, argument: str, options: dict, db: str | None) -> Policy:
+        ...
 """
 
 from __future__ import annotations
@@ -17,11 +24,15 @@ from typing import Any
 
 from tackroom.core.errors import PolicyError
 from tackroom.core.policy import Policy
+from tackroom.core.registry import Entry, entries, entry, has, register
+
+__all__ = ["Backend", "backend_of", "backends", "check_policy_spec", "make_policy",
+           "policy_forms"]
 
 
 @dataclass(frozen=True)
 class Backend:
-    """One kind of policy.
+    """One kind of policy, as its registry entry describes it.
 
     Attributes:
         kind: the spec's prefix (``openai`` in ``openai:M``), or the whole spec
@@ -39,26 +50,48 @@ class Backend:
     options: frozenset[str]
     build: Callable[[str, str, dict[str, Any], str | None], Policy]
 
+    @classmethod
+    def of(cls, e: Entry) -> Backend:
+        """The backend a ``policy`` registry entry describes (its meta holds the rest)."""
+        takes = bool(e.meta.get("takes_argument", False))
+        form = str(e.meta.get("form") or (f"{e.name}:ARGUMENT" if takes else e.name))
+        return cls(e.name, form, takes, frozenset(e.meta.get("options", ())), e.obj)
 
+
+_HF_OPTIONS = frozenset({"device", "dtype", "max_batch", "batch_wait_ms", "threads", "adapter"})
+_OPENAI_OPTIONS = frozenset({"base_url", "api_key", "timeout", "max_retries", "max_concurrency",
+                             "backoff_base", "backoff_max", "return_token_ids", "extra_body",
+                             "client"})
+
+
+@register("policy", "expert", form="expert", takes_argument=False)
 def _expert(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
+    """The task's scripted expert (the harness's ceiling)."""
     from tackroom.policies.expert import ExpertPolicy
 
     return ExpertPolicy()
 
 
+@register("policy", "skill-expert", form="skill-expert", takes_argument=False)
 def _skill_expert(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
+    """The expert, gated by the harness's skills (a scripted model that reads skills)."""
     from tackroom.policies.skill_gated import SkillGatedPolicy
 
     return SkillGatedPolicy()
 
 
+@register("policy", "bundled", form="bundled", takes_argument=False, options=_HF_OPTIONS)
 def _bundled(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
+    """The small model shipped with tackroom (local transformers, no network)."""
     from tackroom.policies.bundled import make_bundled_policy
 
     return make_bundled_policy(**opts)
 
 
+@register("policy", "hf", form="hf:MODEL_DIR[:ADAPTER_DIR]", takes_argument=True,
+          options=_HF_OPTIONS)
 def _hf(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
+    """A local transformers checkpoint, with an optional LoRA adapter."""
     if arg == "bundled":  # hf:bundled is the bundled policy
         return _bundled(spec, arg, opts, db)
     from tackroom.policies.hf_policy import make_hf_policy
@@ -66,13 +99,18 @@ def _hf(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
     return make_hf_policy(spec, **opts)
 
 
+@register("policy", "openai", form="openai:MODEL[@BASE_URL]", takes_argument=True,
+          options=_OPENAI_OPTIONS)
 def _openai(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
+    """Any OpenAI-compatible chat-completions server (vLLM, SGLang, hosted APIs)."""
     from tackroom.policies.openai_policy import make_openai_policy
 
     return make_openai_policy(spec, **opts)
 
 
+@register("policy", "replay", form="replay:RUN_ID[:POLICY]", takes_argument=True)
 def _replay(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
+    """The actions a recorded run took, replayed turn by turn."""
     from tackroom.policies.replay import ReplayPolicy
     from tackroom.records import default_db
 
@@ -80,34 +118,26 @@ def _replay(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy
     return ReplayPolicy(run_id, db or default_db(), source or None)
 
 
-_HF_OPTIONS = frozenset({"device", "dtype", "max_batch", "batch_wait_ms", "threads", "adapter"})
+def backends() -> dict[str, Backend]:
+    """Every registered policy backend, by kind (read from the registry when called)."""
+    return {e.name: Backend.of(e) for e in entries("policy")}
 
-#: Every policy backend, by kind.
-BACKENDS: dict[str, Backend] = {b.kind: b for b in (
-    Backend("expert", "expert", False, frozenset(), _expert),
-    Backend("skill-expert", "skill-expert", False, frozenset(), _skill_expert),
-    Backend("bundled", "bundled", False, _HF_OPTIONS, _bundled),
-    Backend("hf", "hf:MODEL_DIR[:ADAPTER_DIR]", True, _HF_OPTIONS, _hf),
-    Backend("openai", "openai:MODEL[@BASE_URL]", True,
-            frozenset({"base_url", "api_key", "timeout", "max_retries", "max_concurrency",
-                       "backoff_base", "backoff_max", "return_token_ids", "extra_body",
-                       "client"}),
-            _openai),
-    Backend("replay", "replay:RUN_ID[:POLICY]", True, frozenset(), _replay),
-)}
 
-#: The spec forms, for messages and ``--help``.
-POLICY_KINDS = tuple(b.form for b in BACKENDS.values())
+def policy_forms() -> list[str]:
+    """The spec forms of every backend (``expert``, ``openai:MODEL[@BASE_URL]`` …), for
+    messages and ``--help``."""
+    return [b.form for b in backends().values()]
 
 
 def backend_of(spec: str) -> tuple[Backend, str]:
     """The backend a spec names and the spec's argument; :class:`PolicyError` if none."""
-    kind, sep, arg = spec.partition(":")
-    backend = BACKENDS.get(kind)
-    if backend is not None and backend.takes_argument == bool(arg):
-        return backend, arg
+    kind, _, arg = spec.partition(":")
+    if has("policy", kind):
+        found = Backend.of(entry("policy", kind))
+        if found.takes_argument == bool(arg):
+            return found, arg
     raise PolicyError(f"unknown policy {spec!r}", "--policy",
-                      f"use one of: {', '.join(POLICY_KINDS)}")
+                      f"use one of: {', '.join(policy_forms())}")
 
 
 def check_policy_spec(spec: str) -> None:
@@ -128,7 +158,7 @@ def make_policy(spec: str, *, db: str | None = None, **opts: Any) -> Policy:
             ``openai:MODEL[@BASE_URL]`` (base URL also from ``base_url`` or
             ``OPENAI_BASE_URL``, key from ``OPENAI_API_KEY``); ``replay:RUN_ID``.
         db: the record store, for ``replay`` (default: :func:`tackroom.records.default_db`).
-        opts: backend options; each backend takes those it knows (see :data:`BACKENDS`)
+        opts: backend options; each backend takes those it knows (see :func:`backends`)
             and ignores the rest, so one set of run options fits every policy.
 
     ::

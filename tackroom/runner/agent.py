@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tackroom.agents.experts import AgentExpert
+from tackroom.agents.experts import make_agent_expert
 from tackroom.agents.install import ensure_installed, runtime_dir
 from tackroom.core.actions import RunAgent, Submit
 from tackroom.core.episode import Episode, Outcome
@@ -98,8 +98,8 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
         if expert is None:
             raise ConfigError(f"task {spec.task.key} has no expert", "--policy expert",
                               "evaluate this task with a model")
-        route_policy = AgentExpert(expert(obs, {}), agent["expert"] or "shell-tool",
-                                   agent["expert_submit"], agent["expert_fence"])
+        route_policy = make_agent_expert(expert(obs, {}), agent["expert"] or "shell-tool",
+                                         agent["expert_submit"], agent["expert_fence"])
     gateway = await gateways.get(spec.policy)
     # The turn budget, enforced at the gateway whatever the CLI: the call past it is refused.
     turns = int(spec.harness.budget["turns"])

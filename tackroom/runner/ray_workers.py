@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from tackroom.core import errors
+from tackroom.core import errors, registry
 from tackroom.core.episode import Episode, Outcome
 from tackroom.core.errors import ConfigError, PolicyError, TackroomError
 from tackroom.core.policy import Policy, Sampling
@@ -154,19 +154,15 @@ class _Job:
 
 
 def _harness_parts(h: HarnessSpec) -> tuple[tuple[str, str, Any], ...]:
-    from tackroom.harness import registry
-
-    return (("RENDERERS", h.observation["renderer"],
-             registry.RENDERERS[h.observation["renderer"]]),
-            ("INTERFACES", h.actions["interface"], registry.INTERFACES[h.actions["interface"]]),
-            ("PARSERS", h.actions["parser"], registry.PARSERS[h.actions["parser"]]))
+    named = (("renderer", h.observation["renderer"]), ("interface", h.actions["interface"]),
+             ("parser", h.actions["parser"]))
+    return tuple((kind, name, registry.get(kind, name)) for kind, name in named)
 
 
 def _register_parts(parts: tuple[tuple[str, str, Any], ...]) -> None:
-    from tackroom.harness import registry
-
-    for table, name, obj in parts:
-        getattr(registry, table).setdefault(name, obj)
+    for kind, name, obj in parts:
+        if not registry.has(kind, name):
+            registry.register(kind, name)(obj)
 
 
 @dataclass

@@ -1,40 +1,36 @@
-"""Suites by name, and choosing their tasks. Each suite module exposes ``make_suite() -> Suite``.
+"""Suites by name, and choosing their tasks.
 
-Imports are lazy so that ``tackroom`` works without the optional extras of a
-suite that is not used (the ``web`` extra for MiniWoB++, for example).
+Each suite package registers its factory, ``@register("suite", NAME)`` on
+``make_suite(**options) -> Suite``, and is named in the ``tackroom`` entry-point group
+(``suite.toy = "tackroom.suites.toy"``), so a third-party package adds a suite the same
+way; ``--suite`` also takes any importable ``module:factory``. A suite package imports
+its optional extras (the ``web`` extra for MiniWoB++, say) only when a suite is made, so
+``tackroom`` works without the extras of the suites it does not use.
 """
 
 from __future__ import annotations
 
 import difflib
 import fnmatch
-import importlib
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tackroom.core.errors import ConfigError, TaskNotFound
+from tackroom.core.registry import entry
 from tackroom.core.task import Suite, Task
-
-SUITES: dict[str, str] = {
-    "toy": "tackroom.suites.toy",
-    "miniwob": "tackroom.suites.miniwob",
-    "terminal": "tackroom.suites.terminal",
-    "code": "tackroom.suites.code",
-    "robot": "tackroom.suites.robot",
-}
 
 
 def get_suite(name: str, options: Mapping[str, Any] | None = None) -> Suite:
-    """Load the suite called ``name``, built with ``options`` (e.g. ``{"unsafe_local": True}``).
+    """Make the suite called ``name`` (a registered name, or ``module:factory``), built with
+    ``options`` (e.g. ``{"unsafe_local": True}``).
 
     An unknown suite, or an option the suite does not take, is one clear error.
     """
-    module = SUITES.get(name)
-    if module is None:
-        raise ConfigError(f"unknown suite {name!r}", "--suite",
-                          f"choose one of: {', '.join(sorted(SUITES))}")
-    make = importlib.import_module(module).make_suite
+    make = entry("suite", name, where="--suite", dotted=True).obj
+    if not callable(make):
+        raise ConfigError(f"suite {name!r} is not a factory", "--suite",
+                          "name a function that returns a Suite, as module:factory")
     opts = dict(options or {})
     takes = set(inspect.signature(make).parameters)
     unknown = sorted(set(opts) - takes)

@@ -19,6 +19,7 @@ See docs/code.md for the task format and the coding harnesses.
 from __future__ import annotations
 
 from tackroom.core.errors import TaskNotFound
+from tackroom.core.registry import register
 from tackroom.core.task import Expert, SimplePool, Task
 from tackroom.sandbox import Limits, require_sandbox
 from tackroom.suites.code.env import DEFAULT_LIMITS, CodeEnv
@@ -81,6 +82,7 @@ class CodeSuite:
         return SimplePool(self.make_env, size or 1)
 
 
+@register("suite", "code")
 def make_suite(*, unsafe_local: bool = False) -> CodeSuite:
     """The code suite; ``unsafe_local`` runs task commands without the sandbox."""
     return CodeSuite(unsafe_local=unsafe_local)

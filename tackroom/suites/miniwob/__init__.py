@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from tackroom.core.errors import TaskNotFound
+from tackroom.core.registry import register
 from tackroom.core.task import Expert, Task
 from tackroom.suites.miniwob.experts import EXPERTS
 from tackroom.suites.miniwob.pool import MiniWoBPool, browsers_that_fit, default_pool_size
@@ -62,5 +63,7 @@ class MiniWoBSuite:
         return MiniWoBPool(size, with_html=self.with_html, wait_ms=self.wait_ms)
 
 
+@register("suite", "miniwob")
 def make_suite() -> MiniWoBSuite:
+    """The real MiniWoB++ benchmark in headless Chromium (the ``web`` extra)."""
     return MiniWoBSuite()

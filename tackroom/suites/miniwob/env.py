@@ -19,7 +19,7 @@ pages — and changes only four things, each narrowly, by subclassing:
   killed outright (SIGKILL, a crash) the kernel kills chromedriver with it
   (``PR_SET_PDEATHSIG``, from a launcher thread that lives as long as the
   process), and the next pool reaps whatever a dead run left: see
-  :mod:`tackroom.suites.miniwob.reaper`.
+  :mod:`tackroom.suites.reaper`.
 * **One round trip per observation.** Each WebDriver call costs several
   milliseconds; miniwob's ``get_observation`` makes two (utterance, DOM) and
   we would need a third for the HTML. :class:`_Instance` fetches all three
@@ -45,7 +45,7 @@ import urllib.parse
 import weakref
 from typing import Any
 
-import tackroom.suites.miniwob.reaper as reaper
+import tackroom.suites.reaper as reaper
 from tackroom.core.actions import Action, Click, ClickAt, Press, Type, TypeText
 from tackroom.core.errors import ActionError, InfraError, TaskNotFound
 from tackroom.core.observation import Element, Observation

@@ -7,7 +7,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 
-import tackroom.suites.miniwob.reaper as reaper
+import tackroom.suites.reaper as reaper
 from tackroom.core.errors import InfraError
 from tackroom.core.task import Task
 from tackroom.suites.miniwob.env import MiniWoBEnv

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from tackroom.core.errors import ConfigError, TaskNotFound
+from tackroom.core.registry import register
 from tackroom.core.task import Expert, Task, call_env
 from tackroom.suites.robot.tasks import TASKS
 
@@ -142,6 +143,7 @@ class RobotSuite:
         return RobotPool(self, size or self.default_concurrency)
 
 
+@register("suite", "robot")
 def make_suite(screenshots: bool = True, unsafe_local: bool = False) -> RobotSuite:
     """The robot suite; ``screenshots=False`` never starts a browser, ``unsafe_local`` runs
     controller scripts without the sandbox."""

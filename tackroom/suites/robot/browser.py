@@ -10,7 +10,7 @@ default), so a pixel is the same pixel on every run.
 WebGL runs on SwiftShader (``--use-angle=swiftshader``), Chromium's CPU rasteriser,
 so no GPU or display is needed. The browser is the same Chromium and ChromeDriver
 as the MiniWoB++ suite (``$MINIWOB_CHROME_BINARY``, ``$MINIWOB_CHROMEDRIVER``) and is
-reaped the same way (:mod:`tackroom.suites.miniwob.reaper`). A crashed or hung
+reaped the same way (:mod:`tackroom.suites.reaper`). A crashed or hung
 browser raises :class:`InfraError` once; the next capture starts a fresh one.
 """
 
@@ -24,6 +24,7 @@ import weakref
 from typing import Any
 
 from tackroom.core.errors import InfraError
+from tackroom.suites import reaper
 from tackroom.suites.chrome import QUIET_FLAGS
 from tackroom.suites.robot.server import RobotServer
 
@@ -96,8 +97,6 @@ class Screenshotter:
         try:
             from selenium import webdriver
             from selenium.webdriver.chrome.service import Service
-
-            from tackroom.suites.miniwob import reaper
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise InfraError(f"robot screenshots need the 'web' extra ({exc})", "robot browser",
                              "pip install 'tackroom[web]'") from None

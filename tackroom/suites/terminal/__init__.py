@@ -20,6 +20,7 @@ from pathlib import Path
 from tackroom.core.actions import Action, Shell, Submit
 from tackroom.core.errors import ConfigError, TaskNotFound
 from tackroom.core.observation import Observation
+from tackroom.core.registry import register
 from tackroom.core.task import Expert, SimplePool, Task
 from tackroom.images.docker import require_docker
 from tackroom.sandbox import require_sandbox
@@ -126,6 +127,7 @@ class TerminalSuite:
         return SimplePool(self.make_env, size or 4)
 
 
+@register("suite", "terminal")
 def make_suite(*, unsafe_local: bool = False, sandbox: str = "bubblewrap") -> TerminalSuite:
     """The terminal suite; ``unsafe_local`` runs task commands without the sandbox,
     ``sandbox="docker"`` runs tasks that have a Dockerfile with Docker."""

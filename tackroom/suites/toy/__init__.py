@@ -15,6 +15,7 @@ acts on them exactly as on MiniWoB++, at thousands of episodes per second.
 from __future__ import annotations
 
 from tackroom.core.errors import TaskNotFound
+from tackroom.core.registry import register
 from tackroom.core.task import Expert, SimplePool, Task
 from tackroom.suites.toy.env import ToyEnv
 from tackroom.suites.toy.experts import EXPERTS
@@ -64,7 +65,9 @@ class ToySuite:
         return SimplePool(self.make_env, size or 1)
 
 
+@register("suite", "toy")
 def make_suite() -> ToySuite:
+    """MiniWoB++-shaped click, type and form tasks in pure Python (no browser)."""
     return ToySuite()
 
 
