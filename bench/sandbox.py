@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tackroom.sandbox import SANDBOX_PATH, Limits, Sandbox, sandbox_available
+from tackroom.sandbox import SANDBOX_PATH, BubblewrapSandbox, Limits, Sandbox, sandbox_available
 
 COMMANDS = ["true", "echo hello", "ls -la > listing.txt && wc -l listing.txt",
             "python3 -c 'print(1)'"]
@@ -54,7 +54,7 @@ def main() -> None:
         print(f"{'command':<44} {'bare ms':>8} {'sandbox ms':>11} {'diff ms':>8} "
               f"{'ratio':>6} {'[best diff]':>11}")
         diffs, bests = [], []
-        with Sandbox(work, Limits()) as box:
+        with BubblewrapSandbox(work, Limits()) as box:
             for cmd in COMMANDS:
                 a, b = [], []
                 for _ in range(args.n):  # interleaved: the same load on both

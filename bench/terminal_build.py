@@ -73,7 +73,7 @@ def main() -> None:
         tempfile.mkdtemp(prefix="tackroom-cold-cache-"))
     os.environ["TACKROOM_CACHE"] = str(cache)  # before tackroom reads it
     from tackroom.images.overlay import EpisodeRoot
-    from tackroom.sandbox import Limits, Sandbox
+    from tackroom.sandbox import BubblewrapSandbox, Limits
     from tackroom.suites.terminal import environment
     from tackroom.suites.terminal.taskdir import load_task
 
@@ -101,12 +101,12 @@ def main() -> None:
             subprocess.run(bare_argv, check=True)
             a.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            with Sandbox(Path(tmp), Limits()) as box:
+            with BubblewrapSandbox(Path(tmp), Limits()) as box:
                 box.run("true")
             b.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             with EpisodeRoot(layers, td.disk_mb) as root, \
-                    Sandbox(root.path, Limits(), root=root.path, cwd="/") as box:
+                    BubblewrapSandbox(root.path, Limits(), root=root.path, cwd="/") as box:
                 res = box.run("true")
             c.append(time.perf_counter() - t0)
             assert res.exit_code == 0, res.stderr

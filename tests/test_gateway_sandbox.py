@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tackroom.gateway import forward
-from tackroom.sandbox import Limits, Sandbox, sandbox_available
+from tackroom.sandbox import BubblewrapSandbox, Limits, sandbox_available
 from tackroom.testing import ScriptedOpenAIServer
 
 pytestmark = pytest.mark.skipif(not sandbox_available(), reason="needs bubblewrap")
@@ -75,10 +75,10 @@ def unix_server():
         sock_dir.rmdir()
 
 
-def _sandbox(tmp_path: Path, sock_dir: Path) -> Sandbox:
+def _sandbox(tmp_path: Path, sock_dir: Path) -> BubblewrapSandbox:
     work = tmp_path / "task"
     work.mkdir()
-    return Sandbox(work, Limits(wall_s=60, processes=64),
+    return BubblewrapSandbox(work, Limits(wall_s=60, processes=64),
                    ro_binds={SOCKET_DIR: sock_dir, FORWARD: Path(forward.__file__)})
 
 
@@ -151,7 +151,7 @@ def test_read_only_binds_are_reachable_by_the_sandbox_uid_wherever_they_are(tmp_
     work = tmp_path / "task"
     work.mkdir()
     try:
-        with Sandbox(work, Limits(), ro_binds={str(nested): nested,
+        with BubblewrapSandbox(work, Limits(), ro_binds={str(nested): nested,
                                                "/opt/x/y/hello": nested / "hello"}) as box:
             res = box.run(f"cat {nested}/hello /opt/x/y/hello")
     finally:

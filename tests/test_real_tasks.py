@@ -24,7 +24,7 @@ from tackroom.images.build import build_count
 from tackroom.images.overlay import EpisodeRoot
 from tackroom.images.userns import IMAGE_UID
 from tackroom.records import RecordStore
-from tackroom.sandbox import Limits, Sandbox, sandbox_available
+from tackroom.sandbox import BubblewrapSandbox, Limits, sandbox_available
 from tackroom.suites.terminal.environment import prepare
 from tackroom.suites.terminal.importer import import_tasks
 from tackroom.suites.terminal.taskdir import load_task
@@ -156,7 +156,7 @@ def test_an_episode_is_root_of_its_own_tree_with_no_network_and_cannot_touch_the
              "grep -c port /etc/tally/tally.ini")
     for _ in range(2):  # the second episode must see the image as it was built
         with EpisodeRoot(image.layers, 16) as root, \
-                Sandbox(root.path / "srv", Limits(), root=root.path, cwd="/srv/tally") as box:
+                BubblewrapSandbox(root.path / "srv", Limits(), root=root.path, cwd="/srv/tally") as box:
             res = box.run(probe)
             lines = res.stdout.split()
             assert lines[0] == "0" and lines[1:4] == ["0", str(IMAGE_UID), "65536"], res.stdout
@@ -170,7 +170,7 @@ def test_the_process_and_disk_limits_hold_on_a_built_tree(imported):
     td = load_task(imported / "tasks" / "terminal" / "jq-count-items")
     image = prepare(td).image
     with EpisodeRoot(image.layers, 8) as root, \
-            Sandbox(root.path / "app", Limits(processes=16, disk_mb=8), root=root.path,
+            BubblewrapSandbox(root.path / "app", Limits(processes=16, disk_mb=8), root=root.path,
                     cwd="/app") as box:
         forks = box.run("for i in $(seq 40); do sleep 2 & done 2>&1; wait; echo done")
         assert "retry" in forks.stdout + forks.stderr or "unavailable" in (
@@ -225,7 +225,7 @@ def test_without_root_a_built_task_says_so(monkeypatch, imported):
 
 
 def _docker_skip() -> str | None:
-    from tackroom.images.docker import docker_unavailable
+    from tackroom.sandbox.docker import docker_unavailable
 
     return docker_unavailable()
 

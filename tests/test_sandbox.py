@@ -20,9 +20,9 @@ import pytest
 
 from tackroom.sandbox import (
     OUTPUT_CAP,
+    BubblewrapSandbox,
     CommandResult,
     Limits,
-    Sandbox,
     SandboxUnavailable,
     sandbox_available,
 )
@@ -130,7 +130,7 @@ def battery(tmp_path_factory, host_port):
     outside.mkdir()
     (outside / "canary.txt").write_text("do not touch\n")
     os.environ["TACKROOM_TEST_SECRET"] = "sk-should-not-leak"
-    box = Sandbox(root / "task", LIMITS)
+    box = BubblewrapSandbox(root / "task", LIMITS)
     yield {"box": box, "root": root, "outside": outside, "port": host_port[0],
            "hits": host_port[1], "results": {}}
     box.close()
@@ -140,7 +140,7 @@ def battery(tmp_path_factory, host_port):
 @pytest.mark.parametrize(("name", "command", "expected"), HOSTILE,
                          ids=[h[0] for h in HOSTILE])
 def test_hostile_command_is_contained(battery, name, command, expected):
-    box: Sandbox = battery["box"]
+    box: BubblewrapSandbox = battery["box"]
     cmd = command.replace("{PID}", str(os.getpid())).replace("{PORT}", str(battery["port"]))
     res = box.run(cmd)
     got = outcome(res)
@@ -160,7 +160,7 @@ def test_battery_is_large_enough():
 
 def test_host_unchanged_after_the_battery(battery):
     """Runs after the battery (file order): nothing outside the task dir changed."""
-    box: Sandbox = battery["box"]
+    box: BubblewrapSandbox = battery["box"]
     assert len(battery["results"]) == len(HOSTILE), "run the whole battery first"
     for path in PWNED + ["/usr/bin/tackroom-pwned"]:
         assert not os.path.lexists(path), path
@@ -191,7 +191,7 @@ def _uid(proc: Path) -> int | None:
 
 # -- the API -----------------------------------------------------------------------------------
 def test_run_captures_output_exit_code_stdin_and_env(tmp_path):
-    with Sandbox(tmp_path) as box:
+    with BubblewrapSandbox(tmp_path) as box:
         res = box.run("cat; echo \"$GREETING\" >&2; pwd; exit 3", stdin="from stdin\n",
                       env={"GREETING": "hi"})
         assert (res.exit_code, res.stdout, res.stderr) == (3, "from stdin\n/task\n", "hi\n")
@@ -201,7 +201,7 @@ def test_run_captures_output_exit_code_stdin_and_env(tmp_path):
 
 def test_files_persist_between_commands_and_reach_the_host(tmp_path):
     (tmp_path / "in.txt").write_text("data\n")
-    with Sandbox(tmp_path) as box:
+    with BubblewrapSandbox(tmp_path) as box:
         assert box.run("cp in.txt out.txt && echo more >> out.txt").exit_code == 0
         assert box.run("cat out.txt").stdout == "data\nmore\n"
         assert (tmp_path / "out.txt").read_text() == "data\nmore\n"  # host sees it live
@@ -212,7 +212,7 @@ def test_files_persist_between_commands_and_reach_the_host(tmp_path):
 
 
 def test_timeout_override_and_output_marker(tmp_path):
-    with Sandbox(tmp_path, Limits(wall_s=30)) as box:
+    with BubblewrapSandbox(tmp_path, Limits(wall_s=30)) as box:
         res = box.run("echo start; sleep 20", timeout_s=0.5)
         assert res.timed_out and res.killed == "timeout" and res.stdout == "start\n"
         assert "timed out" in res.output()
@@ -225,7 +225,7 @@ def test_binds_are_writable_extra_mounts(tmp_path):
     work, logs = tmp_path / "work", tmp_path / "logs"
     work.mkdir()
     logs.mkdir()
-    with Sandbox(work, binds={"/logs": logs}) as box:
+    with BubblewrapSandbox(work, binds={"/logs": logs}) as box:
         assert box.run("echo 1 > /logs/reward.txt").exit_code == 0
         assert box.path("/logs/reward.txt") == "/logs/reward.txt"
     assert (logs / "reward.txt").read_text() == "1\n"
@@ -233,13 +233,13 @@ def test_binds_are_writable_extra_mounts(tmp_path):
 
 def test_process_limit_counts_only_the_sandbox(tmp_path):
     """The host runs far more than 8 processes as root; the sandbox still gets its 8."""
-    with Sandbox(tmp_path, Limits(processes=8)) as box:
+    with BubblewrapSandbox(tmp_path, Limits(processes=8)) as box:
         assert box.run("for i in 1 2 3; do sleep 0.2 & done; wait; echo ok").stdout == "ok\n"
         assert box.run("for i in $(seq 20); do sleep 0.3 & done; wait").killed == "processes"
 
 
 def test_unsafe_local_runs_on_the_host_with_limits(tmp_path):
-    with Sandbox(tmp_path, Limits(wall_s=1), unsafe_local=True) as box:
+    with BubblewrapSandbox(tmp_path, Limits(wall_s=1), unsafe_local=True) as box:
         assert box.task_path == str(tmp_path)
         assert box.run("pwd").stdout == f"{tmp_path}\n"
         assert box.run("sleep 5").killed == "timeout"
@@ -256,8 +256,8 @@ def _path_without_bwrap(tmp_path: Path) -> str:
 
 
 def test_missing_bwrap_refuses_and_names_unsafe_local(tmp_path):
-    code = ("from pathlib import Path; from tackroom.sandbox import Sandbox, SandboxUnavailable\n"
-            "try:\n    Sandbox(Path('.'))\nexcept SandboxUnavailable as e:\n    print(e.line())")
+    code = ("from pathlib import Path; from tackroom.sandbox import BubblewrapSandbox, SandboxUnavailable\n"
+            "try:\n    BubblewrapSandbox(Path('.'))\nexcept SandboxUnavailable as e:\n    print(e.line())")
     env = {**os.environ, "PATH": _path_without_bwrap(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          cwd=tmp_path, timeout=60)

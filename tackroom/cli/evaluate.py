@@ -99,13 +99,14 @@ def eval_cmd(
       tackroom eval --sealed manifest.json --ray
     """
     from tackroom.runner.sealed import Manifest
+    from tackroom.sandbox import DEFAULT as DEFAULT_SANDBOX
 
     manifest = None
     if sealed:
         _refuse_cell_options(ctx)
         manifest = Manifest.load(sealed)
     suite_options: dict[str, object] = {"unsafe_local": True} if unsafe_local else {}
-    if sandbox != "bubblewrap":
+    if sandbox != DEFAULT_SANDBOX:  # only suites that run sandboxes take the option
         suite_options["sandbox"] = sandbox
     if unsafe_local:
         err_console.print("[yellow]--unsafe-local[/yellow]: task commands run directly on this "

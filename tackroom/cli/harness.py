@@ -63,9 +63,8 @@ def tasks_import(directory: Annotated[Path, typer.Argument(
       tackroom tasks import ~/terminal-bench/tasks --sandbox docker
     """
     from tackroom.cli.common import progress_bar
-    from tackroom.core.errors import ConfigError
-    from tackroom.images.docker import require_docker
-    from tackroom.suites.terminal import BUILTIN, SANDBOXES
+    from tackroom.sandbox import provider
+    from tackroom.suites.terminal import BUILTIN
     from tackroom.suites.terminal.importer import (
         ImportResult,
         import_tasks,
@@ -73,11 +72,9 @@ def tasks_import(directory: Annotated[Path, typer.Argument(
         task_store,
     )
 
-    if sandbox not in SANDBOXES:
-        raise ConfigError(f"unknown sandbox {sandbox!r}", "--sandbox",
-                          f"choose one of: {', '.join(SANDBOXES)}")
-    if sandbox == "docker":
-        require_docker()
+    chosen = provider(sandbox)  # an unknown name: one line naming the registered ones
+    if chosen.runs_images:
+        chosen.require()
     builtin = frozenset(p.name for p in BUILTIN.iterdir() if p.is_dir())
     folders = task_folders(directory)
     done: list[str] = []

@@ -43,7 +43,7 @@ from tackroom.core.actions import (
 from tackroom.core.errors import ActionError
 from tackroom.core.observation import Observation
 from tackroom.core.task import StepResult
-from tackroom.sandbox import Limits, Sandbox, run_agent
+from tackroom.sandbox import BubblewrapSandbox, Limits, run_agent
 from tackroom.suites.code.evaluate import failure_mode, run_hidden_tests
 from tackroom.suites.code.tasks import REPO_PATH, CodeTask
 from tackroom.suites.code.workspace import (
@@ -83,7 +83,7 @@ class CodeEnv:
         self.limits = limits
         self.unsafe_local = unsafe_local
         self._dir: Path | None = None
-        self.box: Sandbox | None = None
+        self.box: BubblewrapSandbox | None = None
         self.ws: Workspace | None = None
         self.viewer: Viewer | None = None
         self.rejected_edits = 0
@@ -98,7 +98,7 @@ class CodeEnv:
         for rel, text in self.task.files.items():
             (self._dir / rel).parent.mkdir(parents=True, exist_ok=True)
             (self._dir / rel).write_text(text)
-        self.box = Sandbox(self._dir, self.limits, unsafe_local=self.unsafe_local)
+        self.box = BubblewrapSandbox(self._dir, self.limits, unsafe_local=self.unsafe_local)
         owner = self.box.uid if self.box.uid != os.getuid() else None
         self.ws = Workspace(self._dir, owner)
         self.viewer = None
@@ -162,7 +162,7 @@ class CodeEnv:
         left = self.limits.episode_wall_s - (time.monotonic() - self.started)
         res = run_agent(replace(action, timeout_s=max(1.0, min(action.timeout_s, left))),
                         self._dir, self.limits, unsafe_local=self.unsafe_local)
-        self.box = Sandbox(self._dir, self.limits, unsafe_local=self.unsafe_local)
+        self.box = BubblewrapSandbox(self._dir, self.limits, unsafe_local=self.unsafe_local)
         self.ws = Workspace(self._dir, self.box.uid if self.box.uid != os.getuid() else None)
         return StepResult(self._obs(res.output(OUTPUT_CHARS)), 0.0, False,
                           info={"agent": res.record()})

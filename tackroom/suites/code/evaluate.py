@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tackroom.sandbox import Limits, Sandbox
+from tackroom.sandbox import BubblewrapSandbox, Limits
 from tackroom.suites.code.tasks import CodeTask
 
 HIDDEN_DIR = ".tackroom_hidden"
@@ -98,7 +98,7 @@ def run_hidden_tests(task: CodeTask, repo: Path | dict[str, str], *, unsafe_loca
             (hidden / Path(name).name).write_text(text)
         (hidden / "run.py").write_text(_RUNNER)
         nonce = secrets.token_hex(8)
-        with Sandbox(root, Limits(wall_s=timeout_s), unsafe_local=unsafe_local) as box:
+        with BubblewrapSandbox(root, Limits(wall_s=timeout_s), unsafe_local=unsafe_local) as box:
             result = box.run(f"python3 -B {HIDDEN_DIR}/run.py {nonce}", stdin=json.dumps(ids))
     verdicts: dict[str, list] = {}
     for line in result.stdout.splitlines():

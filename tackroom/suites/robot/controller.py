@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.errors import InfraError
-from tackroom.sandbox import Limits, Sandbox, kill
+from tackroom.sandbox import BubblewrapSandbox, Limits, kill
 
 #: Output (stderr) kept from a script, in characters.
 OUTPUT_LIMIT = 4000
@@ -128,8 +128,8 @@ def run_controller(sim: Any, code: str, *, timeout_s: float = 60.0, max_commands
         work = Path(tmp)
         (work / "robot.py").write_text(CLIENT)
         (work / "controller.py").write_text(code)
-        box = Sandbox(work, Limits(wall_s=timeout_s, memory_mb=512, processes=32, disk_mb=16),
-                      unsafe_local=unsafe_local)
+        box = BubblewrapSandbox(work, Limits(wall_s=timeout_s, memory_mb=512, processes=32,
+                                             disk_mb=16), unsafe_local=unsafe_local)
         try:
             where = str(work) if unsafe_local else box.task_path
             proc = box.popen([_python(), "-E", "-s", f"{where}/controller.py"],

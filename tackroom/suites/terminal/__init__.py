@@ -18,19 +18,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from tackroom.core.actions import Action, Shell, Submit
-from tackroom.core.errors import ConfigError, TaskNotFound
+from tackroom.core.errors import TaskNotFound
 from tackroom.core.observation import Observation
 from tackroom.core.registry import register
 from tackroom.core.task import Expert, SimplePool, Task
-from tackroom.images.docker import require_docker
-from tackroom.sandbox import require_sandbox
+from tackroom.sandbox import DEFAULT, provider, require_sandbox
 from tackroom.suites.terminal.env import TerminalEnv
 from tackroom.suites.terminal.importer import task_store
 from tackroom.suites.terminal.taskdir import TaskDir, load_task
 
 BUILTIN = Path(__file__).parent / "tasks"
-#: Where tasks with a Dockerfile run: bubblewrap over built layers (default), or Docker.
-SANDBOXES = ("bubblewrap", "docker")
 #: What a terminal task needs of a harness's action interface.
 REQUIRES = frozenset({"shell", "submit"})
 
@@ -58,10 +55,8 @@ class TerminalSuite:
     default_concurrency = 16
 
     def __init__(self, unsafe_local: bool = False, store: Path | None = None,
-                 sandbox: str = "bubblewrap") -> None:
-        if sandbox not in SANDBOXES:
-            raise ConfigError(f"unknown sandbox {sandbox!r}", "--sandbox",
-                              f"choose one of: {', '.join(SANDBOXES)}")
+                 sandbox: str = DEFAULT) -> None:
+        self.provider = provider(sandbox)  # an unknown name: one line naming the registered
         self.unsafe_local = bool(unsafe_local)
         self.sandbox = sandbox
         self.store = store or task_store()
@@ -113,8 +108,8 @@ class TerminalSuite:
 
     def preflight(self) -> None:
         """Before a run: refuse without bubblewrap (or Docker, if asked), saying why."""
-        if self.sandbox == "docker":
-            require_docker()
+        if self.provider.runs_images:
+            self.provider.require()
         if not self.unsafe_local:
             require_sandbox()
 
@@ -128,7 +123,7 @@ class TerminalSuite:
 
 
 @register("suite", "terminal")
-def make_suite(*, unsafe_local: bool = False, sandbox: str = "bubblewrap") -> TerminalSuite:
+def make_suite(*, unsafe_local: bool = False, sandbox: str = DEFAULT) -> TerminalSuite:
     """The terminal suite; ``unsafe_local`` runs task commands without the sandbox,
     ``sandbox="docker"`` runs tasks that have a Dockerfile with Docker."""
     return TerminalSuite(unsafe_local=unsafe_local, sandbox=sandbox)

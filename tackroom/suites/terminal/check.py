@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tackroom.core.task import Task
+from tackroom.sandbox import DEFAULT
 from tackroom.suites.terminal.env import TerminalEnv, missing_command
 from tackroom.suites.terminal.taskdir import TaskDir
 
@@ -52,7 +53,7 @@ class TaskCheck:
 
 
 def check_task(td: TaskDir, *, unsafe_local: bool = False,
-               sandbox: str = "bubblewrap") -> TaskCheck:
+               sandbox: str = DEFAULT) -> TaskCheck:
     """Run the tests on the untouched task, then the solution and the tests again."""
     task = Task(td.id, "terminal", frozenset({"shell", "submit"}))
     env = TerminalEnv(task, td, unsafe_local=unsafe_local, sandbox=sandbox)

@@ -38,12 +38,20 @@ from tackroom.core.actions import Action, Press, RunAgent, Shell, Submit, TypeTe
 from tackroom.core.errors import ActionError, InfraError
 from tackroom.core.observation import Observation
 from tackroom.core.task import StepResult, Task
-from tackroom.images import docker
 from tackroom.images.build import resolve_inside
-from tackroom.images.docker import Container, DockerSandbox
 from tackroom.images.egress import loopback_namespace
 from tackroom.images.overlay import EpisodeRoot
-from tackroom.sandbox import CommandResult, Limits, Sandbox, kill, run_agent
+from tackroom.sandbox import (
+    DEFAULT,
+    BubblewrapSandbox,
+    CommandResult,
+    Container,
+    Limits,
+    Sandbox,
+    kill,
+    provider,
+    run_agent,
+)
 from tackroom.suites.terminal.compose import Service
 from tackroom.suites.terminal.environment import Prepared, prepare, split_tests
 from tackroom.suites.terminal.shell_session import KEYS, ShellSession
@@ -64,13 +72,13 @@ class TerminalEnv:
     verifies_on_stop = True
 
     def __init__(self, task: Task, td: TaskDir, *, unsafe_local: bool = False,
-                 sandbox: str = "bubblewrap") -> None:
+                 sandbox: str = DEFAULT) -> None:
         self.task = task
         self.td = td
         self.unsafe_local = unsafe_local
-        #: "docker": a task with a Dockerfile runs in a container (tackroom.images.docker).
-        self.provider = "docker" if sandbox == "docker" and td.dockerfile is not None \
-            else "bubblewrap"
+        #: The sandbox provider (``--sandbox``); one that runs images itself (Docker) runs a
+        #: task with a Dockerfile in a container of its own.
+        self.provider = provider(sandbox)
         self.container: Container | None = None
         self.sandbox: Sandbox | None = None
         self.session: ShellSession | None = None
@@ -102,14 +110,15 @@ class TerminalEnv:
     def _sandbox(self, limits: Limits, binds: dict[str, Path] | None = None) -> Sandbox:
         """A sandbox on the task directory, also mounted at the task's own working dir."""
         if self.container is not None:
-            return DockerSandbox(self.container, limits, cwd=self.td.workdir, binds=binds or {})
+            return self.container.sandbox(limits, cwd=self.td.workdir, binds=binds or {})
         if self.root is not None:
-            return Sandbox(self.workdir, limits, binds=binds or {}, root=self.root.path,
-                           cwd=self.td.workdir, netns=self.netns)
+            return BubblewrapSandbox(self.workdir, limits, binds=binds or {},
+                                     root=self.root.path, cwd=self.td.workdir, netns=self.netns)
         mounts = dict(binds or {})
         if self.td.workdir != "/task":
             mounts[self.td.workdir] = self.workdir
-        return Sandbox(self.workdir, limits, unsafe_local=self.unsafe_local, binds=mounts)
+        return BubblewrapSandbox(self.workdir, limits, unsafe_local=self.unsafe_local,
+                                 binds=mounts)
 
     def reset(self, seed: int) -> Observation:
         """Lay the task out in a fresh directory and open its sandbox (``seed`` is unused)."""
@@ -118,12 +127,9 @@ class TerminalEnv:
         os.chmod(self._tmp, 0o711)  # a built environment's uid reaches the binds below it
         (self._tmp / "tmp").mkdir()
         services = self.td.compose().services if self.td.dockerfile is not None else ()
-        if self.provider == "docker":
-            assert self.td.dockerfile is not None
-            tag = docker.build(self.td.dockerfile, self.td.dockerfile.parent)
-            self.container = docker.Container(tag, memory_mb=self.td.memory_mb,
-                                              processes=self.limits.processes,
-                                              workdir=self.td.workdir, env=self.td.env)
+        if self.provider.runs_images and self.td.dockerfile is not None:
+            self.container = self.provider.container(self.td.dockerfile, limits=self.limits,
+                                                     workdir=self.td.workdir, env=self.td.env)
             if self.td.workdir != "/":  # a copy of the task's files, for the listing below
                 self.container.copy_out(self.td.workdir, self.workdir)
             self.workdir.mkdir(exist_ok=True)
@@ -333,7 +339,8 @@ class TerminalEnv:
                 continue
             assert self.root is not None
             log = open(self._tmp / f"service-{svc.name}.log", "wb")  # noqa: SIM115 - closed in close()
-            box = Sandbox(self.workdir, life, root=self.root.path, cwd=cwd, netns=self.netns)
+            box = BubblewrapSandbox(self.workdir, life, root=self.root.path, cwd=cwd,
+                                    netns=self.netns)
             proc = box.popen(list(svc.argv), {**self._env(), **svc.env},
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
             self._services.append((svc, box, proc, log))

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.errors import ConfigError, TackroomError
+from tackroom.sandbox import DEFAULT, provider
 from tackroom.suites.terminal.check import check_task
 from tackroom.suites.terminal.environment import prepare
 from tackroom.suites.terminal.taskdir import TaskDir, check_supported, load_task
@@ -105,7 +106,7 @@ def import_tasks(source: Path, store: Path | None = None,
                  on_task: Callable[[ImportResult], None] | None = None,
                  on_start: Callable[[str], None] | None = None,
                  progress: Callable[[str, str], None] | None = None,
-                 sandbox: str = "bubblewrap") -> list[ImportResult]:
+                 sandbox: str = DEFAULT) -> list[ImportResult]:
     """Import ``source`` (one task directory, or a directory of them) into ``store``.
 
     Every sub-folder gets a result: imported, or skipped with its reason (one
@@ -113,7 +114,8 @@ def import_tasks(source: Path, store: Path | None = None,
     and the task run in the sandbox first (tests fail untouched, pass solved).
     ``on_start(id)`` and ``on_task(result)`` bracket each folder (building
     takes minutes, checking seconds); ``progress(id, message)`` reports a build.
-    With ``sandbox="docker"`` tasks with a Dockerfile are built and checked with Docker.
+    With a provider that runs images itself (``sandbox="docker"``), tasks with a Dockerfile
+    are built and checked by it.
     """
     folders = task_folders(source)
     store = store or task_store()
@@ -150,14 +152,15 @@ def _import_one(src: Path, store: Path, builtin: frozenset[str], check: bool,
             reason = e.line() if isinstance(e, ConfigError) else str(e)
             return ImportResult(task_id, src, False, reason.replace(str(staged), str(src)))
         oracle = td.solution is not None
-        docker = sandbox == "docker" and td.dockerfile is not None
+        chosen = provider(sandbox)
+        docker = chosen.runs_images and td.dockerfile is not None  # it runs the image itself
         reason = check_supported(td, docker=docker)
         if reason is not None:
             return ImportResult(task_id, src, False, reason)
         environment, log = ("on first use" if td.builds else ""), None
         if check:
             if docker:
-                environment = "docker"
+                environment = chosen.name
             elif td.builds:
                 try:
                     prepared = prepare(td, progress)

@@ -1,4 +1,4 @@
-"""Run shell commands of a task in a bubblewrap sandbox.
+"""The ``bubblewrap`` sandbox provider (the default): shell commands of a task in ``bwrap``.
 
 Every command runs as ``bash -c COMMAND`` inside ``bwrap``: no network, a
 read-only view of the system (``/usr``, ``/etc``, the ``/bin``-style links),
@@ -29,7 +29,7 @@ from its Dockerfile): the tree is its ``/`` instead of the host's ``/usr`` and
 that maps the image's shifted uids (:mod:`tackroom.images.userns`) — root of
 the task's files, an ordinary uid to the host — with no network, as always.
 
-Without bwrap, :class:`Sandbox` refuses to start unless ``unsafe_local=True``
+Without bwrap, :class:`BubblewrapSandbox` refuses to start unless ``unsafe_local=True``
 (the CLI's ``--unsafe-local``), which runs commands directly on the host in
 the task directory with the same rlimits and timeouts but *no isolation*.
 """
@@ -40,24 +40,23 @@ import contextlib
 import functools
 import os
 import random
-import selectors
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
-import threading
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tackroom.core.actions import RunAgent
-from tackroom.core.errors import InfraError, TackroomError
+from tackroom.core.errors import InfraError
+from tackroom.core.registry import register
 from tackroom.images.dockerfile import DOCKER_PATH
 from tackroom.images.egress import enter as enter_netns
 from tackroom.images.overlay import MS_NODEV, MS_NOSUID, mount, unmount
 from tackroom.images.userns import IMAGE_UID, as_image_root, mapped_userns
+from tackroom.sandbox.contract import CommandResult, Container, Limits, SandboxUnavailable
+from tackroom.sandbox.process import ProcessSandbox, copy_tree, limit_in_output
 
 #: Where the task directory appears inside the sandbox.
 TASK_PATH = "/task"
@@ -68,69 +67,8 @@ SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 IMAGE_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
               "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
               "CAP_SYS_CHROOT", "CAP_AUDIT_WRITE", "CAP_SETFCAP")
-#: Output kept per stream (the rest is drained and counted, never stored).
-OUTPUT_CAP = 1 << 20
 #: Sandbox uids are drawn from here; each sandbox gets its own (see module doc).
 _UID_RANGE = (200_000, 1_200_000)
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits of a sandbox.
-
-    ``wall_s`` is per command; ``episode_wall_s`` is for a whole episode and
-    is enforced by the environment that owns the sandbox, not here.
-    """
-
-    wall_s: float = 10.0
-    memory_mb: int = 512
-    processes: int = 64
-    disk_mb: int = 64
-    episode_wall_s: float = 300.0
-
-
-@dataclass
-class CommandResult:
-    """What one command did.
-
-    ``killed`` names the limit that stopped the command, best-effort:
-    ``"timeout"``, ``"memory"``, ``"processes"``, ``"disk"`` or ``None``.
-    """
-
-    exit_code: int
-    stdout: str
-    stderr: str
-    timed_out: bool
-    duration_s: float
-    killed: str | None = None
-
-    def record(self, limit: int = 4000) -> dict[str, object]:
-        """What the command did, as an episode records it (exit, limits hit, time, output)."""
-        return {"exit": self.exit_code, "timed_out": self.timed_out, "killed": self.killed,
-                "seconds": round(self.duration_s, 3), "output": self.output(limit)}
-
-    def output(self, limit: int = 4000) -> str:
-        """stdout then stderr, cut to ``limit`` characters with a marker, for the model.
-
-        The head and the tail are kept (errors are usually at the end).
-        """
-        text = self.stdout
-        if self.stderr:
-            text = f"{text}\n{self.stderr}" if text and not text.endswith("\n") else text + self.stderr
-        if limit > 0 and len(text) > limit:
-            head = limit // 2
-            tail = limit - head
-            cut = len(text) - limit
-            text = f"{text[:head]}\n[... {cut} characters cut ...]\n{text[-tail:]}"
-        if self.killed == "timeout":
-            text += f"\n[command timed out after {self.duration_s:.1f} s and was killed]"
-        elif self.killed:
-            text += f"\n[command hit the sandbox's {self.killed} limit]"
-        return text
-
-
-class SandboxUnavailable(TackroomError):
-    """bubblewrap (or prlimit) is missing or cannot create namespaces here."""
 
 
 def _is_root() -> bool:
@@ -145,7 +83,7 @@ def _probe() -> str | None:
             return f"'{tool}' is not installed"
     with tempfile.TemporaryDirectory(prefix="tackroom-probe-") as tmp:
         try:
-            box = Sandbox(Path(tmp), Limits(disk_mb=1), _probing=True)
+            box = BubblewrapSandbox(Path(tmp), Limits(disk_mb=1), _probing=True)
             res = box.run("echo ok", timeout_s=20)
             box.close()
         except InfraError as exc:
@@ -226,8 +164,8 @@ def _chown_tree(path: Path, uid: int) -> None:
             os.lchown(os.path.join(root, name), uid, uid)
 
 
-class Sandbox:
-    """A task directory and the sandbox its commands run in.
+class BubblewrapSandbox(ProcessSandbox):
+    """A task directory and the bubblewrap sandbox its commands run in.
 
     Args:
         workdir: the task directory on the host; mounted read-write at
@@ -255,7 +193,7 @@ class Sandbox:
     as root is not affected. Use as a context manager or call :meth:`close`.
     """
 
-    def __init__(self, workdir: Path, limits: Limits = Limits(), *, unsafe_local: bool = False,
+    def __init__(self, workdir: Path, limits: Limits = Limits(), *, unsafe_local: bool = False,  # noqa: B008 - frozen
                  binds: Mapping[str, Path] = {}, ro_binds: Mapping[str, Path] = {},  # noqa: B006
                  root: Path | None = None, cwd: str = TASK_PATH, netns: int | None = None,
                  _probing: bool = False) -> None:
@@ -336,8 +274,7 @@ class Sandbox:
             return
         self._covered_fd = fd
         try:
-            shutil.copytree(f"/proc/self/fd/{fd}", self.workdir, symlinks=True,
-                            dirs_exist_ok=True)
+            copy_tree(f"/proc/self/fd/{fd}", self.workdir)
         except (OSError, shutil.Error) as exc:
             self._unmount(copy_back=False)
             raise InfraError(f"task directory does not fit the sandbox's {self.limits.disk_mb} MB "
@@ -352,7 +289,7 @@ class Sandbox:
             if copy_back:
                 under = f"/proc/self/fd/{fd}"
                 _clear_dir(under)
-                shutil.copytree(self.workdir, under, symlinks=True, dirs_exist_ok=True)
+                copy_tree(self.workdir, under)
         finally:
             unmount(self.workdir)
             os.close(fd)
@@ -453,37 +390,27 @@ class Sandbox:
             env=self._env(env) if self.unsafe_local else {"PATH": SANDBOX_PATH},
             start_new_session=True, **kwargs)  # type: ignore[arg-type]
 
-    def run(self, command: str, *, timeout_s: float | None = None, stdin: str | None = None,
-            env: Mapping[str, str] | None = None) -> CommandResult:
-        """Run ``bash -c command`` in the task directory; never raises for the command's faults.
-
-        ``timeout_s`` overrides ``limits.wall_s`` for this call. Raises
-        :class:`InfraError` only when the sandbox itself fails to start.
-        """
-        timeout = self.limits.wall_s if timeout_s is None else timeout_s
-        start = time.monotonic()
-        if (bad := _unpassable(command, *(env or {}).values(), *(env or {}))) is not None:
-            return CommandResult(2, "", f"tackroom: the command cannot be run: {bad}\n",
-                                 False, 0.0)
-        proc = self.popen(["bash", "-c", command], env,
-                          stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        if stdin is not None:
-            threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()
-        out, err, timed_out = _drain(proc, start + timeout)
-        if timed_out:
-            kill(proc)
-        code = proc.wait()
-        duration = time.monotonic() - start
-        stdout = out.decode(errors="replace")
-        stderr = err.decode(errors="replace")
-        if (not self.unsafe_local and code == 1 and stderr.startswith("bwrap:")
-                and not stdout):
+    def _started(self, code: int, stdout: str, stderr: str) -> None:
+        if not self.unsafe_local and code == 1 and stderr.startswith("bwrap:") and not stdout:
             raise InfraError(f"the sandbox failed to start: {stderr.strip()[:300]}",
                              str(self.workdir))
-        killed = "timeout" if timed_out else self._which_limit(code, stderr)
-        return CommandResult(code if not timed_out else -signal.SIGKILL, stdout, stderr,
-                             timed_out, duration, killed)
+
+    def copy_in(self, host: Path, inside: str) -> None:
+        """Copy ``host`` into the sandbox at ``inside`` (a directory under the task's)."""
+        copy_tree(host, self._host_path(inside))
+
+    def copy_out(self, inside: str, host: Path) -> None:
+        """Copy the sandbox's ``inside`` (the task directory or a bind) to ``host``."""
+        copy_tree(self._host_path(inside), host)
+
+    def _host_path(self, inside: str) -> Path:
+        """The host path of a sandbox path under the task directory or a writable bind."""
+        for mount_point, host in [(self.task_path, self.workdir), *self.binds.items()]:
+            base = mount_point.rstrip("/")
+            if inside == mount_point or inside.startswith(base + "/"):
+                return host / inside[len(base):].lstrip("/")
+        raise InfraError(f"{inside} is not under the sandbox's task directory or binds",
+                         str(self.workdir))
 
     def _which_limit(self, code: int, stderr: str) -> str | None:
         """Best-effort: which limit a finished command ran into, from its traces."""
@@ -501,12 +428,6 @@ class Sandbox:
         if self._userns is not None:
             self._userns.close()
             self._userns_fd = -1
-
-    def __enter__(self) -> Sandbox:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __del__(self) -> None:  # a forgotten sandbox must not leave its mount behind
         with contextlib.suppress(Exception):
@@ -533,7 +454,7 @@ def run_agent(action: RunAgent, workdir: Path, limits: Limits, *, cwd: str = TAS
         lim = Limits(wall_s=action.timeout_s, memory_mb=max(limits.memory_mb, action.memory_mb),
                      processes=max(limits.processes, action.processes), disk_mb=limits.disk_mb,
                      episode_wall_s=action.timeout_s)
-        with Sandbox(workdir, lim, unsafe_local=unsafe_local,
+        with BubblewrapSandbox(workdir, lim, unsafe_local=unsafe_local,
                      binds={**binds, action.home: home},
                      ro_binds={k: Path(v) for k, v in action.ro_binds.items()}) as box:
             where = box.path(cwd)
@@ -544,78 +465,25 @@ def run_agent(action: RunAgent, workdir: Path, limits: Limits, *, cwd: str = TAS
         shutil.rmtree(home, ignore_errors=True)
 
 
-def limit_in_output(code: int, stderr: str) -> str | None:
-    """Which limit (disk, processes, memory) a command's exit code and stderr show it hit."""
-    low = stderr.lower()
-    if (code == 128 + signal.SIGXFSZ or "file too large" in low
-            or "no space left on device" in low or "disk quota" in low):
-        return "disk"
-    if "fork: retry" in low or "resource temporarily unavailable" in low:
-        return "processes"
-    if ("cannot allocate" in low or "memoryerror" in low or "out of memory" in low
-            or "memory exhausted" in low or "bad_alloc" in low):
-        return "memory"
-    return None
+class Bubblewrap:
+    """The default provider: :class:`BubblewrapSandbox`; a task's Dockerfile is built by
+    tackroom (:mod:`tackroom.images`) and run as the sandbox's ``/``."""
+
+    name = "bubblewrap"
+    runs_images = False
+
+    def unavailable(self) -> str | None:
+        return _probe()
+
+    def require(self) -> None:
+        require_sandbox()
+
+    def container(self, dockerfile: Path, *, limits: Limits, workdir: str,
+                  env: Mapping[str, Any]) -> Container:
+        raise InfraError("the bubblewrap provider does not run images itself", str(dockerfile),
+                         "build the image with tackroom.images and pass root= to the sandbox")
 
 
-def _unpassable(*texts: str) -> str | None:
-    """Why these strings cannot be passed to a process (NUL, text that is not UTF-8)."""
-    for text in texts:
-        if "\x00" in text:
-            return "it contains a NUL character"
-        try:
-            os.fsencode(text)
-        except UnicodeEncodeError:
-            return "it is not valid UTF-8 text"
-    return None
-
-
-def kill(proc: subprocess.Popen) -> None:
-    """SIGKILL ``proc``'s process group; in a sandbox that ends its whole pid namespace."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _feed(proc: subprocess.Popen, data: str) -> None:
-    assert proc.stdin is not None
-    with contextlib.suppress(BrokenPipeError, OSError):
-        proc.stdin.write(data.encode())
-        proc.stdin.close()
-
-
-def _drain(proc: subprocess.Popen, deadline: float) -> tuple[bytes, bytes, bool]:
-    """Read stdout and stderr until both close or ``deadline``; keep ``OUTPUT_CAP`` bytes each."""
-    assert proc.stdout is not None and proc.stderr is not None
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    bufs = {out_fd: bytearray(), err_fd: bytearray()}
-    sel = selectors.DefaultSelector()
-    for f in (proc.stdout, proc.stderr):
-        sel.register(f, selectors.EVENT_READ)
-    timed_out = False
-    try:
-        while sel.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = True
-                break
-            for key, _ in sel.select(timeout=left):
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                    continue
-                buf = bufs[key.fd]
-                if len(buf) < OUTPUT_CAP:
-                    buf += chunk[: OUTPUT_CAP - len(buf)]
-        if timed_out:
-            # Everything in the sandbox dies with it; a short, bounded drain after.
-            kill(proc)
-            end = time.monotonic() + 2.0
-            while sel.get_map() and time.monotonic() < end:
-                for key, _ in sel.select(timeout=0.1):
-                    if not os.read(key.fd, 65536):
-                        sel.unregister(key.fileobj)
-    finally:
-        sel.close()
-        proc.stdout.close()
-        proc.stderr.close()
-    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), timed_out
+#: The default provider, registered as ``bubblewrap``.
+BUBBLEWRAP = register("sandbox", summary="bwrap over this machine's system, or over a task's "
+                      "image that tackroom built (the default)")(Bubblewrap())

@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from tackroom.core.errors import InfraError
+from tackroom.core.registry import register
 from tackroom.images.build import context_digest
-from tackroom.sandbox import CommandResult, Limits, Sandbox, limit_in_output
+from tackroom.sandbox.contract import CommandResult, Limits, Sandbox
+from tackroom.sandbox.process import ProcessSandbox, copy_tree, limit_in_output
 
 #: The network episodes' containers are on: internal, so it reaches nothing outside.
 NETWORK = "tackroom-no-egress"
@@ -118,17 +119,24 @@ class Container:
         """Start ``argv`` in the container in the background (a task's service)."""
         _docker(*self._exec("-d", argv, env, cwd))
 
+    def sandbox(self, limits: Limits, *, cwd: str,
+                binds: Mapping[str, Path] = {}) -> Sandbox:  # noqa: B006
+        """A sandbox whose commands ``docker exec`` in this container."""
+        return DockerSandbox(self, limits, cwd=cwd, binds=binds)
+
     def copy_in(self, host: Path, inside: str) -> None:
+        """Copy the host directory ``host`` into the container at ``inside``."""
         _docker("exec", self.name, "mkdir", "-p", inside)
         _docker("cp", f"{host}/.", f"{self.name}:{inside}")
 
     def copy_out(self, inside: str, host: Path) -> None:
+        """Copy the container's ``inside`` to ``host`` (special files left behind)."""
         with tempfile.TemporaryDirectory() as tmp:
             if _docker("cp", f"{self.name}:{inside}/.", tmp, check=False).returncode == 0:
-                shutil.copytree(tmp, host, dirs_exist_ok=True)
+                copy_tree(tmp, host)
 
     @contextlib.contextmanager
-    def online(self):  # noqa: ANN201 - a context manager
+    def online(self) -> Iterator[None]:
         """Reach the network (the default bridge) for as long as the block runs."""
         _docker("network", "connect", "bridge", self.name)
         try:
@@ -137,10 +145,11 @@ class Container:
             _docker("network", "disconnect", "bridge", self.name, check=False)
 
     def close(self) -> None:
+        """Remove the container."""
         _docker("rm", "-f", self.name, check=False)
 
 
-class DockerSandbox(Sandbox):
+class DockerSandbox(ProcessSandbox):
     """A :class:`~tackroom.sandbox.Sandbox` whose commands ``docker exec`` in a container.
 
     ``binds`` are copied in when it opens and back out when it closes; a
@@ -150,20 +159,11 @@ class DockerSandbox(Sandbox):
 
     def __init__(self, container: Container, limits: Limits, *, cwd: str,
                  binds: Mapping[str, Path] = {}) -> None:  # noqa: B006
-        # Nothing of Sandbox.__init__: there is no bwrap, no host task directory.
         self.container = container
         self.limits = limits
-        self.unsafe_local = False
         self.binds = {k: Path(v) for k, v in binds.items()}
-        self.ro_binds: dict[str, Path] = {}
-        self.root = None
         self.cwd = cwd
         self.workdir = Path(tempfile.gettempdir())  # the docker client's own cwd
-        self.uid = os.getuid()
-        self._privileged = False
-        self._covered_fd = None
-        self._userns = None
-        self._userns_fd = -1
         self._closed = False
         self._timeout = limits.wall_s
         for inside, host in self.binds.items():
@@ -172,6 +172,15 @@ class DockerSandbox(Sandbox):
     @property
     def task_path(self) -> str:
         return self.cwd
+
+    def path(self, sandbox_path: str) -> str:
+        return sandbox_path
+
+    def copy_in(self, host: Path, inside: str) -> None:
+        self.container.copy_in(host, inside)
+
+    def copy_out(self, inside: str, host: Path) -> None:
+        self.container.copy_out(inside, host)
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         return dict(extra or {})  # the image's ENV is the container's already
@@ -204,3 +213,28 @@ class DockerSandbox(Sandbox):
         for inside, host in self.binds.items():
             if inside != "/tests" and inside != "/solution":
                 self.container.copy_out(inside, host)
+
+
+class Docker:
+    """``--sandbox docker``: a task with a Dockerfile is built by ``docker build`` and each
+    episode is a container of it (:class:`Container`); tasks without one use bubblewrap."""
+
+    name = "docker"
+    runs_images = True
+
+    def unavailable(self) -> str | None:
+        return docker_unavailable()
+
+    def require(self) -> None:
+        require_docker()
+
+    def container(self, dockerfile: Path, *, limits: Limits, workdir: str,
+                  env: Mapping[str, str]) -> Container:
+        tag = build(dockerfile, dockerfile.parent)
+        return Container(tag, memory_mb=limits.memory_mb, processes=limits.processes,
+                         workdir=workdir, env=env)
+
+
+#: The Docker provider, registered as ``docker``.
+DOCKER = register("sandbox", summary="docker build and docker exec, for users with a Docker "
+                  "daemon (tasks without a Dockerfile still use bubblewrap)")(Docker())
