@@ -1,4 +1,5 @@
 # The two commands: `make demo` and `make test`. Both do all set-up first.
+# `make check` is the quick lane while working: lint, types and the tests not marked slow/browser.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -8,7 +9,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 export MINIWOB_CHROME_BINARY ?= /usr/bin/chromium
 export MINIWOB_CHROMEDRIVER ?= /usr/bin/chromedriver
 
-.PHONY: setup system demo test lint bench clean policy policy-table
+.PHONY: setup system demo test check lint types bench clean policy policy-table
 
 ## system packages: Chromium + ChromeDriver (MiniWoB++), bubblewrap (shell sandbox),
 ## mmdebstrap (Debian root file systems for task environments built from Dockerfiles)
@@ -68,13 +69,28 @@ policy-table: setup
 	  --harness som-tools,html-commands,outline-coords --policy bundled --seeds 0-9 --max-tokens 64 \
 	  --db $(POLICY_DIR)/eval.duckdb
 
-## the whole test suite (lint first)
-test: setup
-	$(VENV)/bin/ruff check tackroom tests bench
-	$(PY) -m pytest
+## pytest-xdist: one worker per core; a test file stays on one worker, so its module-scoped
+## fixtures (a browser, a trained model) are made once. WORKERS=1 runs in one process.
+WORKERS ?= auto
+PYTEST_PARALLEL := $(if $(filter 1,$(WORKERS)),-p no:xdist,-n $(WORKERS) --dist loadfile)
+
+lint: setup
+	$(VENV)/bin/ruff check tackroom tests bench examples
+
+## mypy over tackroom/ (settings in pyproject.toml's [tool.mypy])
+types: setup
+	$(PY) -m mypy
+
+## the whole test suite, in parallel (lint and types first); docs/testing.md has the lanes
+test: lint types
+	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=25
+
+## the quick lane: lint, types, and every test not marked slow or browser (<= 3 min)
+check: lint types
+	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not slow and not browser"
 
 bench: setup
 	$(PY) bench/overhead.py
 
 clean:
-	rm -rf $(VENV) tackroom-runs .pytest_cache
+	rm -rf $(VENV) tackroom-runs .pytest_cache .mypy_cache

@@ -10,10 +10,11 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,35 +89,64 @@ def check_parse(session: Any, response: Any) -> Any:
     return parsed
 
 
-@pytest.fixture(scope="session")
-def tiny_chat_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random chat model (``tackroom model init --size tiny``) named ``tiny-chat``."""
+def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str,
+               build: Callable[[Path], object]) -> Path:
+    """``build(path)`` run once for the whole test run, whatever the number of xdist workers.
+
+    The directory lies beside the workers' own temporary roots; the first worker to get the
+    lock builds it and writes a marker last, the others wait on the lock and reuse it. Only
+    what never changes when used (a model read from disk) belongs here.
+    """
+    from tackroom.core.cache import locked
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker's basetemp is a child of one
+        root = root.parent
+    path, done = root / f"shared-{name}", root / f"shared-{name}.done"
+    with locked(root / f"shared-{name}.lock"):
+        if not done.exists():
+            if path.exists():  # a worker died half-way: start again
+                shutil.rmtree(path)
+            build(path)
+            done.touch()
+    return path
+
+
+def _build_tiny_chat(path: Path) -> None:
     from tackroom.models import init_model
     from tackroom.models.corpus import harness_corpus
 
-    return init_model(tmp_path_factory.mktemp("models") / "tiny-chat", size="tiny",
-                      corpus=harness_corpus(seeds=(0,)), seed=0)
+    init_model(path, size="tiny", corpus=harness_corpus(seeds=(0,)), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random chat model (``tackroom model init --size tiny``) named ``tiny-chat``."""
+    return shared_dir(tmp_path_factory, "models", lambda root: _build_tiny_chat(
+        root / "tiny-chat")) / "tiny-chat"
 
 
 @pytest.fixture(scope="session")
 def lora_adapter_dir(tiny_chat_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A LoRA adapter on :func:`tiny_chat_dir` whose random ``B`` makes it change outputs."""
-    import warnings
 
-    import peft
-    import torch
-    from transformers import AutoModelForCausalLM
+    def build(out: Path) -> None:
+        import warnings
 
-    base = AutoModelForCausalLM.from_pretrained(tiny_chat_dir, local_files_only=True)
-    with warnings.catch_warnings():  # peft uses an API transformers 5 deprecates
-        warnings.simplefilter("ignore", FutureWarning)
-        lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8,
-                                                         target_modules=["q_proj", "v_proj"]))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, param in lora.named_parameters():
-            if "lora_B" in name:  # zero at init: make the adapter do something
-                param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
-    out = tmp_path_factory.mktemp("adapter")
-    lora.save_pretrained(out)
-    return out
+        import peft
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        base = AutoModelForCausalLM.from_pretrained(tiny_chat_dir, local_files_only=True)
+        with warnings.catch_warnings():  # peft uses an API transformers 5 deprecates
+            warnings.simplefilter("ignore", FutureWarning)
+            lora = peft.get_peft_model(base, peft.LoraConfig(
+                r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, param in lora.named_parameters():
+                if "lora_B" in name:  # zero at init: make the adapter do something
+                    param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
+        lora.save_pretrained(out)
+
+    return shared_dir(tmp_path_factory, "adapter", build)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from fractions import Fraction
 from typing import Any
 
@@ -463,18 +462,16 @@ def big_grid(n_tasks: int = 100, n_seeds: int = 10) -> tuple[list[dict[str, Any]
     return rows, train
 
 
-def test_24000_rows_well_under_a_second() -> None:
+def test_24000_rows_analysed() -> None:
     rows, train = big_grid()
     assert len(rows) == 24_000
-    start = time.perf_counter()
     est = ceilings(rows, train_harness=train)
     ms = mismatch_return(rows, est)
     tm = transfer_matrix(rows, train)
     c = conflation(rows, ("ckpt-aider", "aider"), ("ckpt-swe", "swe"), est)
     a, b = paired_cells(rows, ("ckpt-aider", "aider"), ("ckpt-aider", "swe"))
     pb = paired_bootstrap(a, b)
-    elapsed = time.perf_counter() - start
     assert len(ms) == 24 and len(tm.cells) == 16 and pb.n == 1000
     assert c.gap == pytest.approx(c.ceiling_part - c.mismatch_part, abs=1e-12)
     assert len(best_ceilings(est)) == 4 and TaskTable(rows).n_episodes == 24_000
-    print(f"analysis of 24,000 rows: {elapsed:.2f} s")  # speed is bench/report.py's job
+    # speed is bench/report.py's job, not a test's
