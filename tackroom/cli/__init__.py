@@ -7,6 +7,7 @@ prints; the work is done by the Python API (``tackroom.evaluate`` …):
 - :mod:`.records` — ``runs``, ``show``, ``export``
 - :mod:`.report` — ``report``
 - :mod:`.harness` — ``harness list|show|diff|validate``, ``tasks`` and ``tasks import``
+- :mod:`.listing` — ``list [KIND]`` (what the registry holds)
 - :mod:`.training` — ``model init``, ``sft``, ``train``, ``export-groups``
 - :mod:`.serve` — ``serve``
 - :mod:`.optimize` — ``optimize``, ``audit``, ``self-hpo``
@@ -23,7 +24,17 @@ import sys
 import typer
 from rich.markup import escape
 
-from tackroom.cli import delegate, evaluate, harness, optimize, records, report, serve, training
+from tackroom.cli import (
+    delegate,
+    evaluate,
+    harness,
+    listing,
+    optimize,
+    records,
+    report,
+    serve,
+    training,
+)
 from tackroom.cli.common import err_console
 from tackroom.core import cancel
 from tackroom.core.errors import ConfigError, TackroomError
@@ -49,6 +60,7 @@ app.command("runs")(records.runs_cmd)
 app.command("show")(records.show_cmd)
 app.command("export")(records.export_cmd)
 app.command("report")(report.report_cmd)
+app.command("list")(listing.list_cmd)
 
 tasks_app = typer.Typer(help="List a suite's tasks; import task directories.")
 tasks_app.callback(invoke_without_command=True)(harness.tasks_cmd)

@@ -100,17 +100,20 @@ _loaded: set[str] = set()
 _loading: set[str] = set()
 
 
-def _check_kind(kind: str) -> None:
+def _check_kind(kind: str, where: str = "tackroom.registry") -> None:
     if kind not in KINDS:
-        raise ConfigError(f"unknown extension kind {kind!r}", "tackroom.registry",
-                          f"use one of: {', '.join(KINDS)}")
+        close = difflib.get_close_matches(kind, list(KINDS), n=2)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise ConfigError(f"unknown extension kind {kind!r}", where,
+                          f"{hint}use one of: {', '.join(KINDS)}")
 
 
 def _summary_of(obj: Any) -> str:
     doc = getattr(obj, "__doc__", None) or type(obj).__doc__ or ""
     if obj is not None and doc == type(obj).__doc__ and callable(obj) and not isinstance(obj, type):
         doc = getattr(obj, "__doc__", None) or ""
-    return doc.strip().splitlines()[0].strip() if doc.strip() else ""
+    # The first paragraph, on one line: a summary wrapped in the source is still whole.
+    return " ".join(doc.strip().split("\n\n", 1)[0].split())
 
 
 def register(kind: str, name: str | None = None, *, summary: str | None = None,
@@ -200,19 +203,21 @@ def _load(ep: metadata.EntryPoint) -> None:
         raise
     except ModuleNotFoundError as e:
         # An optional extra that is not installed leaves its entries out; the rest works.
-        _missing[ep.value] = f"{e.name} is not installed"
+        _missing[ep.value] = (ep.name.split(".", 1)[0], f"{e.name} is not installed")
     except Exception as e:  # a broken plug-in is one clear line, not a traceback
         raise PluginLoadError(f"could not load {ep.value}: {type(e).__name__}: {e}", where,
                               "fix or uninstall the package that declares it") from e
 
 
 #: module -> why its entries are missing (an optional dependency not installed).
-_missing: dict[str, str] = {}
+_missing: dict[str, tuple[str, str]] = {}
 
 
-def missing() -> dict[str, str]:
-    """Modules whose entries are absent because an optional dependency is missing."""
-    return dict(_missing)
+def missing(kind: str | None = None) -> dict[str, str]:
+    """Modules whose entries are absent because an optional dependency is missing: module ->
+    why, for the modules that provide ``kind`` (every kind if None) and were looked for."""
+    return {module: why for module, (head, why) in _missing.items()
+            if kind is None or head in (kind, "all")}
 
 
 def _resolve_dotted(kind: str, name: str) -> Entry | None:
@@ -269,8 +274,13 @@ def choices(kind: str) -> str:
     return ", ".join(names(kind))
 
 
-def entries(kind: str | None = None) -> list[Entry]:
-    """Every entry of ``kind`` (or of every kind), in kind then name order."""
+def entries(kind: str | None = None, *, where: str = "tackroom.registry") -> list[Entry]:
+    """Every entry of ``kind`` (or of every kind), in kind then name order.
+
+    ``where`` names the option an unknown ``kind`` came from, for the message.
+    """
+    if kind is not None:
+        _check_kind(kind, where)
     kinds: Iterable[str] = [kind] if kind is not None else KINDS
     out: list[Entry] = []
     for k in kinds:
