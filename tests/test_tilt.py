@@ -264,7 +264,7 @@ def test_config_rejects_an_unknown_proxy_in_one_line():
         RLConfig.from_dict({"data": {"reward": "proxy:nope"}})
     line = e.value.line()
     assert "\n" not in line and "proxy:near-miss" in line and "data.reward" in line
-    with pytest.raises(ConfigError, match="success, recorded, proxy:near-miss"):
+    with pytest.raises(ConfigError, match="recorded, success, proxy:near-miss"):
         RLConfig.from_dict({"data": {"reward": "learned"}})
     # The gate reaches the critic's per-turn returns too (turn_rewards above).
     c = RLConfig.from_dict({"data": {"reward": "proxy:near-miss", "verifier": True},

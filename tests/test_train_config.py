@@ -99,14 +99,14 @@ def test_an_override_can_repair_the_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("override, what, fix", [
-    ("algo.algorithm=ppo", "algo.algorithm = 'ppo' is not allowed", "grpo, dr_grpo, gspo"),
+    ("algo.algorithm=ppo", "algo.algorithm = 'ppo' is not allowed", "dr_grpo, grpo, gspo"),
     ("algo.algorithm=gspoo", "did you mean 'gspo'?", "use one of"),
     ("algo.epsilon=1.5", "algo.epsilon = 1.5 must be in [0, 1)", "algo.epsilon = 0.2"),
     ("algo.epsilon=abc", "algo.epsilon = 'abc' is not a number", "a number"),
     ("algo.epsilom=0.3", "unknown setting 'algo.epsilom' (did you mean 'algo.epsilon'?)",
      "keys in this section"),
     ("grouping.normalise=zscore", "grouping.normalise = 'zscore' is not allowed",
-     "per_harness, pooled, none"),
+     "none, per_harness, pooled"),
     ("grouping.scale_std=yes", "is not a boolean", "true or false"),
     ("grouping.group=__import__('os')", "not allowed", "'within', 'cross'"),
     ("critic.kind=ppo", "critic.kind = 'ppo' is not allowed", "none, shared, harness"),

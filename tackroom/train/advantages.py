@@ -44,10 +44,9 @@ from typing import Any, Literal
 import numpy as np
 
 from tackroom.core.errors import ConfigError
+from tackroom.core.registry import entries, get, register
 
 Normalise = Literal["per_harness", "pooled", "none"]
-NORMALISATIONS: tuple[str, ...] = ("per_harness", "pooled", "none")
-GROUPINGS: tuple[str, ...] = ("within", "cross")
 #: A group key: ``within``, ``cross``, a safe expression, or a callable on the sample's fields.
 GroupSpec = str | Callable[[Mapping[str, Any]], Hashable]
 
@@ -273,12 +272,25 @@ def _is_call_target(node: ast.Attribute, tree: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) and n.func is node for n in ast.walk(tree))
 
 
+# Grouping rules and reward normalisations are registry entries of kind "advantage" (meta
+# ``role`` = "group" or "normalise"), so config validation, messages and a plug-in's own
+# rule all read one table; ``grouping.group`` may also be an expression (GroupKeyExpr).
+
+@register("advantage", "within", role="group",
+          summary="group rule: one group per (task, harness) — TRL's groups")
 def _within(names: Mapping[str, Any]) -> Hashable:
     return (names["task"], names["harness"])
 
 
+@register("advantage", "cross", role="group",
+          summary="group rule: one group per task, harnesses pooled")
 def _cross(names: Mapping[str, Any]) -> Hashable:
     return names["task"]
+
+
+def advantage_names(role: str) -> list[str]:
+    """The registered advantage entries of ``role`` (``group`` or ``normalise``)."""
+    return [e.name for e in entries("advantage") if e.meta.get("role") == role]
 
 
 def compile_group_key(spec: GroupSpec) -> Callable[[Mapping[str, Any]], Hashable]:
@@ -290,10 +302,8 @@ def compile_group_key(spec: GroupSpec) -> Callable[[Mapping[str, Any]], Hashable
     """
     if callable(spec):
         return spec
-    if spec == "within":
-        return _within
-    if spec == "cross":
-        return _cross
+    if isinstance(spec, str) and spec in advantage_names("group"):
+        return get("advantage", spec)
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(f"group key {spec!r} is empty or not a string", _WHERE, _HELP)
     return GroupKeyExpr(spec)
@@ -336,21 +346,33 @@ def _std(x: np.ndarray) -> float:
 def normalise_rewards(rewards: Sequence[float], harnesses: Sequence[str], mode: Normalise,
                       eps: float = 1e-4) -> np.ndarray:
     """x_i = (r_i − mean_S r) / (std_S r + ε), S = i's harness (``per_harness``),
-    every sample (``pooled``); x = r for ``none``."""
-    r = np.asarray(rewards, dtype=np.float64)
-    if mode == "none":
-        return r.copy()
-    if mode == "pooled":
-        return (r - r.mean()) / (_std(r) + eps) if r.size else r.copy()
-    if mode == "per_harness":
-        h = np.asarray(harnesses, dtype=object)
-        x = np.empty_like(r)
-        for name in dict.fromkeys(harnesses):
-            sel = h == name
-            x[sel] = (r[sel] - r[sel].mean()) / (_std(r[sel]) + eps)
-        return x
-    raise ConfigError(f"unknown reward normalisation {mode!r}", "grouping.normalise",
-                      f"use one of: {', '.join(NORMALISATIONS)}")
+    every sample (``pooled``); x = r for ``none`` — whichever normalisation ``mode`` names."""
+    if mode not in advantage_names("normalise"):
+        raise ConfigError(f"unknown reward normalisation {mode!r}", "grouping.normalise",
+                          f"use one of: {', '.join(advantage_names('normalise'))}")
+    return get("advantage", mode)(np.asarray(rewards, dtype=np.float64), harnesses, eps)
+
+
+@register("advantage", "none", role="normalise", summary="normalisation: raw rewards")
+def _raw(r: np.ndarray, harnesses: Sequence[str], eps: float) -> np.ndarray:
+    return r.copy()
+
+
+@register("advantage", "pooled", role="normalise",
+          summary="normalisation: one z-score over every sample of the step")
+def _pooled(r: np.ndarray, harnesses: Sequence[str], eps: float) -> np.ndarray:
+    return (r - r.mean()) / (_std(r) + eps) if r.size else r.copy()
+
+
+@register("advantage", "per_harness", role="normalise",
+          summary="normalisation: z-score each harness's rewards on their own")
+def _per_harness(r: np.ndarray, harnesses: Sequence[str], eps: float) -> np.ndarray:
+    h = np.asarray(harnesses, dtype=object)
+    x = np.empty_like(r)
+    for name in dict.fromkeys(harnesses):
+        sel = h == name
+        x[sel] = (r[sel] - r[sel].mean()) / (_std(r[sel]) + eps)
+    return x
 
 
 def compute_advantages(samples: Sequence[Sample | Mapping[str, Any] | Any], *,

@@ -28,10 +28,10 @@ from typing import Literal, NamedTuple
 import torch
 from torch import nn
 
+from tackroom.train.config import CRITICS, HARNESS_EMBEDS  # the choices, spelled once
+
 CriticKind = Literal["none", "shared", "harness"]
-CRITICS: tuple[str, ...] = ("none", "shared", "harness")
 HarnessEmbed = Literal["add", "concat"]
-HARNESS_EMBEDS: tuple[str, ...] = ("add", "concat")
 
 
 def harness_vocab(names: Iterable[str]) -> dict[str, int]:

@@ -24,15 +24,18 @@ gradients against TRL's own ``_compute_loss``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
+
+from tackroom.core.registry import get, register
+from tackroom.train.config import LOSS_AGGREGATIONS
 
 if TYPE_CHECKING:
     from tackroom.train.config import RLConfig
 
 Aggregation = Literal["token_mean", "seq_mean_token_mean", "constant"]
-AGGREGATIONS: tuple[str, ...] = ("token_mean", "seq_mean_token_mean", "constant")
+AGGREGATIONS: tuple[str, ...] = LOSS_AGGREGATIONS  # the choices, spelled once (config)
 
 
 class PolicyLoss(NamedTuple):
@@ -309,27 +312,68 @@ def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
                                      epsilon_low, epsilon_high, kl))
 
 
+# --------------------------------------------------------------------------- the registry
+#
+# An ``algorithm`` entry is a loss ``fn(logp, old_logp, advantages, mask, **settings)`` taking
+# the keyword settings below; its meta says what ``None`` means for it (``defaults``: the
+# ε range, loss_agg and scale_std it resolves to) and whether it takes a critic's per-turn
+# advantages (``per_token_advantages``). ``RLConfig`` validates ``algo.algorithm`` against
+# these names and resolves its defaults from this meta; a plug-in adds an algorithm the
+# same way (docs/training.md, "Adding an algorithm").
+
+_TOKEN_CLIP = {"epsilon_low": 0.2, "epsilon_high": 0.2}
+_GSPO_CLIP = {"epsilon_low": 3e-4, "epsilon_high": 4e-4}
+
+
+@register("algorithm", "grpo", summary="GRPO (DeepSeekMath): PPO-clip on token ratios",
+          defaults={**_TOKEN_CLIP, "loss_agg": "seq_mean_token_mean", "scale_std": True},
+          per_token_advantages=True)
+def _grpo(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+          mask: torch.Tensor, **settings: Any) -> PolicyLoss:
+    return grpo_loss(logp, old_logp, advantages, mask, **settings)
+
+
+# Dr.GRPO is GRPO's token objective; what makes it Dr.GRPO (constant aggregation, no std
+# scaling) is in its defaults, which the resolved config applies.
+@register("algorithm", "dr_grpo", summary="Dr.GRPO: GRPO without the length and std biases",
+          defaults={**_TOKEN_CLIP, "loss_agg": "constant", "scale_std": False},
+          per_token_advantages=True)
+def _dr_grpo(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+             mask: torch.Tensor, **settings: Any) -> PolicyLoss:
+    return grpo_loss(logp, old_logp, advantages, mask, **settings)
+
+
+@register("algorithm", "gspo", summary="GSPO (Qwen): one clipped sequence ratio per completion",
+          defaults={**_GSPO_CLIP, "loss_agg": "seq_mean_token_mean", "scale_std": True},
+          per_token_advantages=False)
+def _gspo(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+          mask: torch.Tensor, **settings: Any) -> PolicyLoss:
+    return gspo_loss(logp, old_logp, advantages, mask, token_level=False, **settings)
+
+
+@register("algorithm", "gspo_token", summary="GSPO-token: GSPO with per-token advantages",
+          defaults={**_GSPO_CLIP, "loss_agg": "seq_mean_token_mean", "scale_std": True},
+          per_token_advantages=True)
+def _gspo_token(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                mask: torch.Tensor, **settings: Any) -> PolicyLoss:
+    return gspo_loss(logp, old_logp, advantages, mask, token_level=True, **settings)
+
+
 def policy_loss_from_config(cfg: RLConfig, logp: torch.Tensor, old_logp: torch.Tensor,
                             advantages: torch.Tensor, mask: torch.Tensor, *,
                             ref_logp: torch.Tensor | None = None,
                             num_sequences: int | None = None,
                             num_tokens: float | None = None) -> PolicyLoss:
-    """The loss ``cfg.algorithm`` names, with every hyper-parameter taken from ``cfg``.
+    """The loss ``cfg.algorithm`` names (the registry's entry), with every hyper-parameter
+    taken from ``cfg``.
 
     ``cfg`` is resolved first, so algorithm defaults (GSPO's clip range,
     Dr.GRPO's constant aggregation) apply wherever the config left a value unset.
     """
     c = cfg.resolved()
-    common = dict(epsilon_low=c.epsilon_low, epsilon_high=c.epsilon_high, beta=c.beta,
-                  ref_logp=ref_logp, kl_ratio_correction=c.kl_ratio_correction,
-                  aggregation=c.loss_agg,
-                  max_completion_length=c.max_completion_length,
-                  num_sequences=num_sequences, num_tokens=num_tokens)
-    if c.algorithm in ("grpo", "dr_grpo"):
-        # Dr.GRPO is GRPO's token objective; what makes it Dr.GRPO (constant
-        # aggregation, no std scaling) is already in the resolved config.
-        return grpo_loss(logp, old_logp, advantages, mask, **common)
-    if c.algorithm in ("gspo", "gspo_token"):
-        return gspo_loss(logp, old_logp, advantages, mask,
-                         token_level=c.algorithm == "gspo_token", **common)
-    raise ValueError(f"unknown algorithm {c.algorithm!r}")
+    loss = get("algorithm", c.algorithm, where="algo.algorithm")
+    return loss(logp, old_logp, advantages, mask, epsilon_low=c.epsilon_low,
+                epsilon_high=c.epsilon_high, beta=c.beta, ref_logp=ref_logp,
+                kl_ratio_correction=c.kl_ratio_correction, aggregation=c.loss_agg,
+                max_completion_length=c.max_completion_length,
+                num_sequences=num_sequences, num_tokens=num_tokens)

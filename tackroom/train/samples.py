@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tackroom.core.episode import Episode, Outcome
+from tackroom.core.registry import entry
 from tackroom.policies.chat_format import text_only
+from tackroom.train.rewards import episode_return
 from tackroom.train.sft import IGNORE, encode_turn, reply_message
 
 
@@ -130,18 +132,7 @@ def episode_reward(ep: Episode, mode: str = "success", verifier: bool = False) -
     MiniWoB-style task scores a wrong click −1 but an episode that ran out of
     turns on malformed replies 0, which would teach a policy to stop acting.
     """
-    from tackroom.train.rewards import get_proxy, is_proxy
-
-    if mode == "recorded":
-        r = float(ep.reward)
-    elif mode == "success":
-        r = 1.0 if ep.outcome is Outcome.SUCCESS else 0.0
-    elif is_proxy(mode):
-        proxy = get_proxy(mode)
-        return proxy.gated(ep) if verifier else proxy(ep)
-    else:
-        raise ValueError(f"unknown reward {mode!r}; use success, recorded or proxy:NAME")
-    return r if not verifier or ep.outcome is Outcome.SUCCESS else 0.0
+    return episode_return(ep, mode, verifier)
 
 
 def episode_sample(ep: Episode, mode: str = "success", verifier: bool = False) -> Any:
@@ -161,7 +152,8 @@ def turn_rewards(ep: Episode, mode: str = "success", verifier: bool = False) -> 
     one is the episode's. Either way the return is what group advantages use,
     so the two estimators agree on what is being maximised.
     """
-    rewards = [float(t.reward) if mode == "recorded" else 0.0 for t in ep.turns]
+    per_turn = entry("reward", mode, where="data.reward").meta.get("per_turn", False)
+    rewards = [float(t.reward) if per_turn else 0.0 for t in ep.turns]
     if rewards:
         rewards[-1] = episode_reward(ep, mode, verifier)
     return rewards

@@ -11,6 +11,8 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from tackroom.core.registry import entry, register
+
 
 class Tracker(Protocol):
     """Receives each step's metrics."""
@@ -20,6 +22,11 @@ class Tracker(Protocol):
     def close(self) -> None: ...
 
 
+# Each tracker registers under kind "tracker" with the package it needs (meta ``module``);
+# ``run.log_to`` is validated against these names. A plug-in adds one the same way: a
+# class ``cls(run_id, config, project)`` with ``log`` and ``close``.
+
+@register("tracker", "wandb", summary="Weights & Biases (pip install wandb)", module="wandb")
 class _Wandb:
     def __init__(self, run_id: str, config: Mapping[str, Any], project: str) -> None:
         import wandb
@@ -35,6 +42,7 @@ class _Wandb:
         self._run.finish()
 
 
+@register("tracker", "mlflow", summary="MLflow (pip install mlflow)", module="mlflow")
 class _Mlflow:
     def __init__(self, run_id: str, config: Mapping[str, Any], project: str) -> None:
         import mlflow
@@ -55,17 +63,16 @@ class _Mlflow:
         self._mlflow.end_run()
 
 
-_KINDS = {"wandb": (_Wandb, "wandb"), "mlflow": (_Mlflow, "mlflow")}
-
-
 def make_trackers(names: Sequence[str], run_id: str, config: Mapping[str, Any], *,
                   project: str = "tackroom") -> tuple[list[Tracker], list[str]]:
-    """Trackers for ``names`` (``wandb``, ``mlflow``) and a note for each one skipped."""
+    """Trackers for ``names`` (registered trackers: ``wandb``, ``mlflow`` …) and a note for
+    each one skipped."""
     trackers: list[Tracker] = []
     notes: list[str] = []
     for name in names:
-        cls, module = _KINDS[name]
-        if importlib.util.find_spec(module) is None:
+        found = entry("tracker", name, where="run.log_to")
+        cls, module = found.obj, found.meta.get("module")
+        if module and importlib.util.find_spec(module) is None:
             notes.append(f"run.log_to: {name} is not installed; metrics go to the record "
                          f"store only (pip install {module})")
             continue
