@@ -236,31 +236,82 @@ def test_only_the_cli_imports_the_cli():
     assert not bad, "\n".join(bad)
 
 
-def test_core_imports_only_core():
-    bad = _violations("tackroom.core imports nothing from tackroom outside tackroom.core",
-                      lambda m, imp: not _under(m.name, "tackroom.core")
-                      or not _tackroom(imp.name) or _under(imp.name, "tackroom.core"))
-    assert not bad, "\n".join(bad)
+#: The layers, lowest first: a module imports from its own unit or from a lower layer, never
+#: sideways or up — not even inside a function. A unit is a package under ``tackroom/``
+#: (``harness``), a top-level module (``serve``), the package itself (``tackroom``, the lazy
+#: API facade), or one suite (``suites.*``: each suite package alone; ``suites`` is what they
+#: share: the Suite table, Chrome, the reaper). README.md's "Layout" states the same order.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("core",),                                          # the nouns, errors, cache, registry
+    ("harness", "images", "agents", "suites", "testing"),  # what an episode is made of
+    ("policies", "records", "sandbox"),                 # who acts; where it is kept; the box
+    ("serve",),                                         # a policy behind HTTP
+    ("gateway",),                                       # the recording model gateway
+    ("runner",),                                        # the episode loop and the grid
+    ("analysis",),                                      # statistics over records
+    ("train", "optimize", "lab"),                       # what is done with them
+    ("suites.*",),                                      # each suite, registered by name
+    ("models",),                                        # `model init` (a corpus from a suite)
+    ("delegation", "report"),                           # fit and bench; tables and the page
+    ("app",),                                           # the Python API
+    ("tackroom",),                                      # the package: the API re-exported
+    ("cli",),                                           # parsing plus one call
+)
+LEVEL = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
+#: The longest a module may be, in lines.
+MAX_LINES = 700
 
 
-def test_harness_imports_only_core_and_harness():
-    bad = _violations("tackroom.harness imports only from tackroom.core and tackroom.harness",
-                      lambda m, imp: not _under(m.name, "tackroom.harness")
-                      or not _tackroom(imp.name) or _under(imp.name, "tackroom.core")
-                      or _under(imp.name, "tackroom.harness"))
-    assert not bad, "\n".join(bad)
+def unit_of(name: str) -> str:
+    """The layer table's name for the unit the module ``name`` belongs to."""
+    parts = name.split(".")
+    if len(parts) == 1:
+        return "tackroom"
+    if parts[1] == "suites" and len(parts) >= 3 and (ROOT / "suites" / parts[2]).is_dir():
+        return "suites.*"
+    return parts[1]
 
 
-#: What tackroom.optimize (candidates, proposers, the guard, the audit) stands on: the
-#: analysis/train level, below the application layer and the CLI that drive it.
-OPTIMIZE_MAY_IMPORT = ("tackroom.core", "tackroom.harness", "tackroom.runner", "tackroom.records",
-                       "tackroom.policies", "tackroom.analysis", "tackroom.optimize")
+def _suite(name: str) -> str:
+    """The suite package a module is in (``tackroom.suites.toy``), or its unit."""
+    return ".".join(name.split(".")[:3]) if unit_of(name) == "suites.*" else unit_of(name)
 
 
-def test_optimize_sits_at_the_analysis_level():
-    bad = _violations("tackroom.optimize imports only from "
-                      + ", ".join(OPTIMIZE_MAY_IMPORT),
-                      lambda m, imp: not _under(m.name, "tackroom.optimize")
-                      or not _tackroom(imp.name)
-                      or any(_under(imp.name, p) for p in OPTIMIZE_MAY_IMPORT))
-    assert not bad, "\n".join(bad)
+def test_every_module_has_a_layer():
+    units = {unit_of(n) for n in modules()}
+    missing = sorted(units - set(LEVEL))
+    assert not missing, (f"units with no layer in LAYERS (tests/test_structure.py): {missing}; "
+                         "place each, and the same in README.md's Layout")
+    stale = sorted(set(LEVEL) - units)
+    assert not stale, f"LAYERS names units that do not exist: {stale}"
+
+
+def _allowed(m: Module, imp: Import) -> bool:
+    if imp.target is None:  # outside tackroom
+        return True
+    here, there = unit_of(m.name), unit_of(imp.target)
+    if here == there:  # one unit; for suites, one suite (a suite does not import another)
+        return here != "suites.*" or _suite(m.name) == _suite(imp.target)
+    return LEVEL[there] < LEVEL[here]
+
+
+def test_layers_point_down_only():
+    def level(name: str) -> str:
+        return f"{unit_of(name)} (layer {LEVEL.get(unit_of(name), '?')})"
+
+    bad: list[str] = []
+    for m in modules().values():
+        if unit_of(m.name) not in LEVEL:
+            continue  # reported by test_every_module_has_a_layer
+        for imp in m.imports:
+            if imp.target and unit_of(imp.target) in LEVEL and not _allowed(m, imp):
+                bad.append(f"  {m.where}:{imp.line} {level(m.name)} imports {imp.target} "
+                           f"{level(imp.target)}")
+    assert not bad, ("imports sideways or up the layers of tests/test_structure.py's LAYERS:\n"
+                     + "\n".join(sorted(set(bad))))
+
+
+def test_no_module_is_over_the_line_limit():
+    long = sorted((n, len(m.path.read_text().splitlines())) for n, m in modules().items())
+    over = [f"  {modules()[n].where}: {lines} lines" for n, lines in long if lines > MAX_LINES]
+    assert not over, f"modules over {MAX_LINES} lines (split by concept):\n" + "\n".join(over)
