@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -19,13 +18,17 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from tackroom.core.text import printable
 from tackroom.records import default_db
+from tackroom.report.terminal import terminal_console
 
 # Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
 _WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
-# No emoji codes: ``openai:x:`` is a model name, not ❌. Values printed with markup are escaped.
-console = Console(width=_WIDTH, emoji=False)
-err_console = Console(stderr=True, width=_WIDTH, emoji=False)
+# Every line the CLI prints goes through these two: control characters in what they print
+# (a model's output, a file name) are escaped, never obeyed. Values printed with markup
+# are also markup-escaped.
+console = terminal_console(width=_WIDTH)
+err_console = terminal_console(stderr=True, width=_WIDTH)
 
 DbOpt = Annotated[str, typer.Option(
     "--db", help="Record store (DuckDB file; default $TACKROOM_DB or "
@@ -52,11 +55,12 @@ class Bar:
 
     def __init__(self, progress: Progress, label: str, total: int | None, stats: str) -> None:
         self.progress = progress
-        self.task = progress.add_task(label, total=total, stats=stats)
+        # The bar's columns render their text directly, not through the console: escaped here.
+        self.task = progress.add_task(printable(label), total=total, stats=printable(stats))
         self._last_logged = -1
 
     def update(self, completed: int, total: int | None = None, stats: str | None = None) -> None:
-        fields = {"stats": stats} if stats is not None else {}
+        fields = {"stats": printable(stats)} if stats is not None else {}
         self.progress.update(self.task, completed=completed,
                              **({"total": total} if total is not None else {}), **fields)
         total = total or self.progress.tasks[self.task].total

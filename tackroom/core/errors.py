@@ -7,6 +7,8 @@ shows a traceback for these.
 
 from __future__ import annotations
 
+from tackroom.core.text import printable
+
 
 class TackroomError(Exception):
     """Base class: ``what`` happened at ``where``; ``fix`` says what to do."""
@@ -29,14 +31,7 @@ class TackroomError(Exception):
             parts[0] = f"{self.where}: {self.what}"
         if self.fix:
             parts.append(self.fix)
-        return _printable(" — ".join(parts))
-
-
-def _printable(text: str) -> str:
-    """``text`` with each non-printable character except the space escaped (``\\n``, ``\\x1b``)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+        return printable(" — ".join(parts))
 
 
 class HarnessError(TackroomError):
