@@ -18,13 +18,14 @@ registers (through the ``tackroom`` entry-point group) is checked and built like
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tackroom.core.errors import PolicyError
 from tackroom.core.policy import Policy
-from tackroom.core.registry import Entry, entries, entry, has, register
+from tackroom.core.registry import Entry, entries, entry, has, names, register
 
 __all__ = ["Backend", "backend_of", "backends", "check_policy_spec", "make_policy",
            "policy_forms"]
@@ -136,8 +137,10 @@ def backend_of(spec: str) -> tuple[Backend, str]:
         found = Backend.of(entry("policy", kind))
         if found.takes_argument == bool(arg):
             return found, arg
+    close = difflib.get_close_matches(kind, names("policy"), n=2)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
     raise PolicyError(f"unknown policy {spec!r}", "--policy",
-                      f"use one of: {', '.join(policy_forms())}")
+                      f"{hint}use one of: {', '.join(policy_forms())}")
 
 
 def check_policy_spec(spec: str) -> None:
