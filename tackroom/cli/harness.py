@@ -110,7 +110,7 @@ def tasks_import(directory: Annotated[Path, typer.Argument(
 
 def harness_list() -> None:
     """List the harnesses on the search path ($TACKROOM_HARNESS_PATH, ./harnesses, built-in)."""
-    from tackroom.harness.spec import list_harnesses, load_harness
+    from tackroom.harness.spec import AgentHarness, list_harnesses, load_harness
 
     table = Table(title="Harnesses", title_justify="left")
     for col in ("name", "hash", "renderer", "interface", "parser", "per turn", "on error",
@@ -123,7 +123,7 @@ def harness_list() -> None:
             table.add_row(escape(name), "[red]invalid[/red]", escape(e.what), "", "", "", "",
                           escape(str(path)))
             continue
-        if h.agent is not None:  # a third-party CLI: its own renderer, parser and loop
+        if isinstance(h, AgentHarness):  # a third-party CLI: its own renderer, parser and loop
             row = (h.name, h.hash, "(agent CLI)", f"{h.agent['cli']} {h.agent['version']}",
                    "(its own)", "", "", path)
         else:
@@ -137,13 +137,13 @@ def harness_list() -> None:
 def harness_show(name: Annotated[str, typer.Argument(help="Harness name or path.")]) -> None:
     """Print a harness fully resolved (after extends), with its hash and system prompt."""
     from tackroom.harness.session import HarnessSession
-    from tackroom.harness.spec import load_harness
+    from tackroom.harness.spec import AgentHarness, load_harness
 
     h = load_harness(name)
     console.print(f"[bold]{escape(h.name)}[/bold]@{h.hash}  ({escape(h.source)})")
     if len(h.extends) > 1:
         console.print("extends: " + " -> ".join(Path(p).stem for p in h.extends), markup=False)
-    if h.agent is not None:  # the CLI brings its own prompt, observations and parser
+    if isinstance(h, AgentHarness):  # the CLI brings its own prompt, observations and parser
         console.print_json(json.dumps({"agent": h.agent, "budget": h.budget}))
         console.print(f"an agent harness: {h.agent['cli']} {h.agent['version']} runs "
                       "unmodified in the task's sandbox; its prompts are its own",

@@ -40,6 +40,7 @@ import string
 from typing import Any
 
 from tackroom.core.errors import HarnessError
+from tackroom.core.registry import names
 
 #: Defaults of the ``[agent]`` slot.
 AGENT_DEFAULTS: dict[str, Any] = {
@@ -63,8 +64,6 @@ CAPABILITIES = frozenset({"shell", "submit", "edit", "write_file", "edit_lines",
 #: What a CLI can do only where the environment forwards an interface into its sandbox (the
 #: robot suite's command API): never by default, a harness names it in ``can``.
 OPT_IN = frozenset({"robot"})
-#: How an agent's scripted expert answers (see :mod:`tackroom.agents.experts`).
-EXPERT_FORMATS = ("shell-tool", "bash-block", "search-replace")
 #: Placeholders the command line, the environment and config files may use.
 PLACEHOLDERS = ("instruction", "model", "base_url", "api_key", "tool", "workdir", "home",
                 "turns", "files")
@@ -137,9 +136,10 @@ def check_agent(raw: Any, where: str) -> dict[str, Any]:
         if not path or path.startswith("/") or ".." in parts or "" in parts:
             raise HarnessError(f"config file path {path!r} must be relative to the CLI's home",
                                f"{w}.files", 'e.g. ".qwen/settings.json"')
-    if a["expert"] and a["expert"] not in EXPERT_FORMATS:
+    # How the scripted expert answers: a registered agent expert (tackroom.agents.experts).
+    if a["expert"] and a["expert"] not in (formats := names("agent_expert")):
         raise HarnessError(f"unknown expert format {a['expert']!r}", f"{w}.expert",
-                           f"allowed: {', '.join(EXPERT_FORMATS)}")
+                           f"allowed: {', '.join(formats)}")
     can = a["can"]
     if not isinstance(can, list) or not all(isinstance(c, str) for c in can) or \
             not set(can) <= CAPABILITIES | OPT_IN:

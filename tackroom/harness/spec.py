@@ -110,8 +110,6 @@ class HarnessSpec:
     loop: dict[str, Any]
     budget: dict[str, Any]
     skills: tuple[Skill, ...] = ()
-    #: The agent CLI that is this harness (``None``: tackroom's own loop); see harness.agent.
-    agent: dict[str, Any] | None = None
     #: The decision points a decision model may take over (``None``: the LLM makes every
     #: choice); see harness.delegation.
     delegation: dict[str, Any] | None = None
@@ -128,8 +126,6 @@ class HarnessSpec:
             "budget": self.budget,
             "skills": [{"name": s.name, "text": s.text} for s in self.skills],
         }
-        if self.agent is not None:  # only then: the hashes of loop harnesses stay as they were
-            content["agent"] = self.agent
         if self.delegation is not None:
             # The model is pinned by its content hash, not by where its files lie: the same
             # fitted model copied elsewhere is the same harness.
@@ -138,8 +134,8 @@ class HarnessSpec:
 
     @property
     def kind(self) -> str:
-        """``"agent"`` for a third-party CLI, ``"loop"`` for tackroom's own turn loop."""
-        return "agent" if self.agent is not None else "loop"
+        """``"loop"``: tackroom's own turn loop (``"agent"`` for an :class:`AgentHarness`)."""
+        return "loop"
 
     @functools.cached_property
     def hash(self) -> str:
@@ -154,8 +150,6 @@ class HarnessSpec:
 
     def can_express(self, requires: frozenset[str]) -> bool:
         """Whether this harness can do everything a task requires."""
-        if self.agent is not None:
-            return requires <= frozenset(self.agent["can"])
         return self.interface.can_express(requires)
 
     @property
@@ -184,6 +178,38 @@ class HarnessSpec:
         on it): read it, never change it.
         """
         return self.parser.tools(self.interface)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentHarness(HarnessSpec):
+    """A harness that is a third-party agent CLI (an ``[agent]`` slot; see harness.agent).
+
+    The CLI brings its own prompt, observations, tools and loop: the runner runs it
+    (:mod:`tackroom.runner.agent`) instead of tackroom's turn loop. Ask
+    ``isinstance(h, AgentHarness)``; a loop harness has no ``agent``.
+    """
+
+    #: The checked ``[agent]`` slot: the CLI, its pinned install, what it can do.
+    agent: dict[str, Any]
+
+    def content(self) -> dict[str, Any]:
+        # The agent slot is in the hash only here: the hashes of loop harnesses stay as they were.
+        return {**super().content(), "agent": self.agent}
+
+    @property
+    def kind(self) -> str:
+        """``"agent"``: a third-party CLI."""
+        return "agent"
+
+    def can_express(self, requires: frozenset[str]) -> bool:
+        """Whether the CLI can do everything a task requires (the slot's ``can``)."""
+        return requires <= frozenset(self.agent["can"])
+
+    @functools.cached_property
+    def tools(self) -> list[dict[str, Any]] | None:
+        """``None``: the CLI's tools are its own, recorded with each episode
+        (``meta.agent.tools``), never in a harness file."""
+        return None
 
 
 def search_path() -> list[Path]:
@@ -367,14 +393,12 @@ def parse_harness(raw: dict[str, Any], source: str = "<memory>",
     _check_loop(slots["loop"], where)
     _check_budget(slots["budget"], where)
     skills = _check_skills(raw.get("skills", []), where)
-    agent = check_agent(raw["agent"], where) if "agent" in raw else None
+    agent = check_agent(raw["agent"], where) if "agent" in raw else {}
     delegation = check_delegation(raw["delegation"], where) if "delegation" in raw else None
-    if delegation is not None and agent is not None:
+    if "agent" in raw and delegation is not None:
         raise HarnessError("an [agent] harness cannot delegate: the CLI makes its own choices",
                            f"{where} [delegation]", "remove [delegation], or use a loop harness")
-    if agent is None:  # an agent CLI brings its own prompt, observations and parser
-        _check_required(raw, where)
-    return HarnessSpec(
+    parts: dict[str, Any] = dict(
         name=name,
         description=str(raw.get("description", "")),
         prompt=slots["prompt"],
@@ -383,11 +407,14 @@ def parse_harness(raw: dict[str, Any], source: str = "<memory>",
         loop=slots["loop"],
         budget=slots["budget"],
         skills=skills,
-        agent=agent,
         delegation=delegation,
         source=source,
         extends=chain,
     )
+    if "agent" in raw:  # an agent CLI brings its own prompt, observations and parser
+        return AgentHarness(**parts, agent=agent)
+    _check_required(raw, where)
+    return HarnessSpec(**parts)
 
 
 #: What a harness must name itself (or inherit with ``extends``): the slots that make one

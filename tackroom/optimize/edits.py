@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.errors import HarnessError
-from tackroom.harness.spec import HarnessSpec, Skill, load_harness, parse_harness
+from tackroom.harness.spec import AgentHarness, HarnessSpec, Skill, load_harness, parse_harness
 
 
 class EditError(HarnessError):
@@ -348,7 +348,7 @@ def apply_edits(parent: HarnessSpec, edits: Iterable[Edit], name: str | None = N
     Raises :class:`EditError` at the first edit that does not apply, naming it (``edit #2
     (delete_rule 'forms' [7])``), what is wrong and what to do.
     """
-    if parent.agent is not None:
+    if isinstance(parent, AgentHarness):
         raise EditError("an agent-CLI harness cannot be edited", parent.name,
                         "agent CLIs bring their own prompt, tools and loop; edit a loop harness")
     raw = _raw(parent)

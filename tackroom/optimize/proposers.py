@@ -33,7 +33,7 @@ from tackroom.core.episode import Episode
 from tackroom.core.errors import ConfigError, ContextLengthExceeded, InfraError, PolicyError
 from tackroom.core.policy import Policy, PolicyRequest, Sampling
 from tackroom.core.registry import entry, has, names, register
-from tackroom.harness.spec import HarnessSpec, Skill
+from tackroom.harness.spec import AgentHarness, HarnessSpec, Skill
 from tackroom.optimize.edits import (
     EDIT_GRAMMAR,
     Edit,
@@ -283,7 +283,7 @@ class ScriptedProposer:
         return out
 
     def _proposal(self, parent: HarnessSpec, rng: random.Random) -> list[Edit]:
-        if parent.agent is not None:
+        if isinstance(parent, AgentHarness):
             return []
         edits: list[Edit] = []
         spec = parent
@@ -372,7 +372,7 @@ class SeedProposer:
                 rng_seed: int) -> list[list[Edit]]:
         have = {s.name for s in parent.skills}
         edits = [e for e in self.edits if e.skill not in have]
-        return [edits] if edits and n > 0 and parent.agent is None else []
+        return [edits] if edits and n > 0 and not isinstance(parent, AgentHarness) else []
 
     async def apropose(self, parent: HarnessSpec, failures: list[Episode], n: int,
                        rng_seed: int) -> list[list[Edit]]:

@@ -30,7 +30,7 @@ from tackroom.core.policy import ExpertView, Policy, PolicyRequest, PolicyRespon
 from tackroom.core.task import Environment, EnvironmentPool, Expert, Task, call_env
 from tackroom.delegation.runtime import Delegator, note_llm_call, saved_cost
 from tackroom.harness.session import HarnessSession
-from tackroom.harness.spec import HarnessSpec
+from tackroom.harness.spec import AgentHarness, HarnessSpec
 from tackroom.runner.agent import GRACE_S, Gateways, agent_loop
 
 
@@ -70,7 +70,7 @@ async def run_episode(spec: EpisodeSpec, pool: EnvironmentPool, run_id: str,
     wall = float(h.budget["wall_seconds"]) or None
     fatal: PolicyError | None = None
     try:
-        if h.agent is not None:
+        if isinstance(h, AgentHarness):
             # Installed before the clock starts (the first time on a machine takes minutes);
             # the CLI's own time is the wall budget, reset and verifier get a grace.
             await asyncio.to_thread(ensure_installed, h.agent)
@@ -80,7 +80,7 @@ async def run_episode(spec: EpisodeSpec, pool: EnvironmentPool, run_id: str,
         async with pool.acquire(spec.task) as env:
             deadline = time.monotonic() + wall if wall else None
             async with asyncio.timeout(wall):
-                if h.agent is not None:
+                if isinstance(h, AgentHarness):
                     await agent_loop(spec, env, ep, expert, gateways or _no_gateways())
                 else:
                     await _loop(spec, env, ep, expert, deadline)

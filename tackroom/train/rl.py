@@ -191,8 +191,7 @@ class _Trainer:
             self.harness_specs = [load_harness(h) for h in c.harnesses]
             # An agent harness's tools are its CLI's own, recorded with each episode
             # (meta.agent.tools): no harness file holds them.
-            self.tools = {h.name: None if h.agent is not None else h.parser.tools(h.interface)
-                          for h in self.harness_specs}
+            self.tools = {h.name: h.tools for h in self.harness_specs}
             self.train_harnesses = [h.name for h in self.harness_specs]
             if self.ray:
                 from tackroom.runner.ray_workers import require_ray
