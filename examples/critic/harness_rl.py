@@ -24,7 +24,10 @@ import time
 from pathlib import Path
 
 import tackroom
+from tackroom.core.extras import script_requires
 from tackroom.testing.harnesses import command_harness
+
+script_requires("train", who="examples/critic/harness_rl.py")
 
 SYSTEM = "You are a web agent. Act on an element by its reference number."
 HARNESSES = {"list-3turns": 3, "list-1turn": 1}

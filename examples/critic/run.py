@@ -31,6 +31,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from tackroom.core.extras import script_requires  # noqa: E402
+
+script_requires("critic", "train", who="examples/critic")
 from envs import SPECS, make_level, make_vector_env  # noqa: E402
 from ppo import make_args, train  # noqa: E402
 

@@ -35,9 +35,12 @@ os.environ.setdefault("MINIWOB_CHROMEDRIVER", "/usr/bin/chromedriver")
 
 from tackroom import evaluate  # noqa: E402
 from tackroom.cli.delegate import ladder_table  # noqa: E402
+from tackroom.core.extras import script_requires  # noqa: E402
 from tackroom.core.policy import Sampling  # noqa: E402
 from tackroom.delegation.bench import bench_delegation  # noqa: E402
 from tackroom.delegation.fit import fit_delegation  # noqa: E402
+
+script_requires("web", "train", "delegation", who="examples/delegation")
 
 DEMO_TASKS = ("click-test,click-test-2,click-test-transfer,click-button,click-button-sequence,"
               "click-dialog,click-dialog-2,click-link,click-widget,focus-text,focus-text-2,"

@@ -40,6 +40,9 @@ from typing import Any
 
 import tackroom  # cheap: the API loads DuckDB and torch on first use
 from tackroom.core.errors import TackroomError
+from tackroom.core.extras import script_requires
+
+script_requires("train", who="examples/grouping")
 
 ROOT = Path(__file__).resolve().parents[2]
 EVAL_SEED_BASE = 1_000_000  # tackroom.train.rollouts.EVAL_SEED_BASE: never a training seed

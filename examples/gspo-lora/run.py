@@ -45,7 +45,10 @@ from typing import Any
 
 import tackroom
 from tackroom.core.errors import TackroomError
+from tackroom.core.extras import script_requires
 from tackroom.testing.harnesses import command_harness
+
+script_requires("train", who="examples/gspo-lora")
 
 EVAL_SEED_BASE = 1_000_000  # tackroom.train.rollouts.EVAL_SEED_BASE: never a training seed
 

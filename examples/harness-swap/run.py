@@ -41,6 +41,9 @@ os.environ.setdefault("MINIWOB_CHROMEDRIVER", "/usr/bin/chromedriver")
 
 import tackroom  # noqa: E402  (cheap: the API loads DuckDB and torch on first use)
 from tackroom.core.errors import TackroomError  # noqa: E402
+from tackroom.core.extras import script_requires  # noqa: E402
+
+script_requires("web", "train", who="examples/harness-swap")
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

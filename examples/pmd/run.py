@@ -32,11 +32,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-import torch
-from rich.console import Console
-from rich.table import Table
 
-from tackroom.lab import (
+from tackroom.core.extras import script_requires
+
+script_requires("train", who="examples/pmd")
+
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from tackroom.lab import (  # noqa: E402
     FAMILIES,
     RESIDUALS,
     MonteCarloCritic,
@@ -46,7 +51,7 @@ from tackroom.lab import (
     make_instances,
     run_protocol,
 )
-from tackroom.lab.actor import (
+from tackroom.lab.actor import (  # noqa: E402
     TrainConfig,
     fit_count_gain,
     gain_rule,

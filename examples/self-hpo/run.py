@@ -33,6 +33,9 @@ from typing import Any
 
 import tackroom  # cheap: the API loads DuckDB and torch on first use
 from tackroom.core.errors import TackroomError
+from tackroom.core.extras import script_requires
+
+script_requires("train", who="examples/self-hpo")
 
 TASKS = ["focus-text", "click-dialog"]
 # H_0 and the held-out harness: compact text-command harnesses that differ in how the

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.errors import TackroomError
+from tackroom.core.extras import script_requires
 
 #: The same eight task families in both suites (each has a scripted expert there).
 TASKS = ["click-button", "click-link", "click-checkboxes", "click-option", "click-tab",
@@ -54,6 +55,8 @@ def main() -> None:
     ap.add_argument("--test-seeds", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0, help="the proposer's seed")
     a = ap.parse_args()
+    script_requires(*(("web",) if a.suite == "miniwob" else ()),
+                    who="examples/skill-audit --suite miniwob")
     try:
         run(a)
     except TackroomError as e:

@@ -52,9 +52,12 @@ from typing import Any
 
 import tackroom
 from tackroom.core.errors import TackroomError
+from tackroom.core.extras import script_requires
 from tackroom.core.policy import PolicyRequest, PolicyResponse
 from tackroom.policies.expert import ExpertPolicy
 from tackroom.testing.harnesses import command_harness
+
+script_requires("train", who="examples/tilt")
 
 EVAL_SEED_BASE = 1_000_000  # tackroom.train.rollouts.EVAL_SEED_BASE: never a training seed
 TASKS = ["click-button", "click-link"]
