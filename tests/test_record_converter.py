@@ -16,11 +16,11 @@ import pytest
 
 from tackroom.core import Outcome, Sampling
 from tackroom.core.episode import Episode, Turn
+from tackroom.core.secrets import register_secret
 from tackroom.harness.spec import load_harness
 from tackroom.policies import make_policy
 from tackroom.records import RecordStore
 from tackroom.records.converter import ConverterLost, RowConverter, convert_batch
-from tackroom.records.secrets import register_secret
 from tackroom.runner import grid
 from tackroom.runner.grid import plan_grid, run_cells
 from tackroom.suites import get_suite

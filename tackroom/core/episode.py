@@ -47,6 +47,8 @@ class Turn:
             model's p_D and τ_c, who acted (``"decision"`` or ``"llm"``) and what the LLM
             call it replaced would have cost (see :mod:`tackroom.harness.delegation`);
             ``None`` under a harness without a ``[delegation]`` slot.
+        notes: what the policy could not take from the model server as sent (e.g.
+            usage counts or log-probs that are not finite numbers, recorded as missing).
     """
 
     index: int
@@ -68,6 +70,7 @@ class Turn:
     t_env: float = 0.0
     t_harness: float = 0.0
     delegation: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -46,6 +46,9 @@ class PolicyResponse:
     ``token_ids`` / ``logprobs`` are the sampled completion tokens and their
     log-probabilities when the backend returns them (``None`` otherwise).
     ``adapter`` names the LoRA adapter that served the call, when any.
+    ``notes`` say what the backend could not take as the server sent it (usage
+    counts that are not counts, log-probs that are not finite): that value is
+    recorded as missing (``0`` / ``None``) and the note kept with the turn.
     """
 
     text: str | None = None
@@ -57,6 +60,7 @@ class PolicyResponse:
     model: str = ""
     adapter: str | None = None
     finish_reason: str = "stop"
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -3,8 +3,8 @@
 vLLM, SGLang, Ollama, llama.cpp's server and OpenAI itself all speak this API.
 Two clients speak it, chosen with ``client``:
 
-* ``"lean"`` (the default): the request body is built here as a dict, written
-  with the stdlib ``json`` over a keep-alive HTTP/1.1 connection of
+* ``"lean"`` (the default, :mod:`tackroom.policies.openai_lean`): the request body
+  is built as a dict, written with the stdlib ``json`` over a keep-alive HTTP/1.1 connection of
   :class:`~tackroom.policies.lean_http.LeanHTTP`, and the reply read as JSON.
   No per-call schema walk, no HTTP library: ~0.1 ms of CPU a call instead of
   the SDK's ~4 ms, which is what lets a thousand episodes share two cores.
@@ -38,9 +38,10 @@ The API key is a secret: it is never part of ``id``, ``repr``, ``describe()``
 or any error text, and server messages are scrubbed of it before we quote them
 (OpenAI echoes part of a wrong key back in its 401 message). What the model
 server returns (text, tool calls) is scrubbed of the key too, and the key is
-registered with :func:`tackroom.records.secrets.register_secret` so that the
+registered with :func:`tackroom.core.secrets.register_secret` so that the
 record store redacts it wherever it turns up. The same holds for a password in
-the base URL (``http://user:pass@host/v1``), which is never printed either.
+the base URL (``http://user:pass@host/v1``), which is never printed either; a spec
+that holds one is stored and printed through :func:`tackroom.core.secrets.redact_url`.
 
 A hostile or broken server cannot hang or flood a run: ``timeout`` bounds the
 whole call (a reply trickled one byte at a time times out like a silent one),
@@ -55,36 +56,37 @@ an error body whole before raising, however large the server makes it.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import os
 import random
 import re
-import urllib.request
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
-from tackroom.core.policy import PolicyRequest, PolicyResponse, ToolCall
-from tackroom.policies.lean_http import HTTPFailure, LeanHTTP
-from tackroom.policies.lean_http import TooLarge as BodyTooLarge
+from tackroom.core.policy import PolicyRequest, PolicyResponse
+from tackroom.core.secrets import MIN_SECRET_CHARS, REDACTED, register_secret
+from tackroom.policies.openai_lean import LeanClient
+from tackroom.policies.openai_reply import CUT_NOTE, parse_completion
+from tackroom.policies.openai_spec import (
+    check_url,
+    is_local,
+    is_openai_host,
+    proxied,
+    read_spec,
+    split_userinfo,
+)
 from tackroom.policies.openai_wire import (
-    MAX_OTHER_BODY_BYTES,
     START_SERVER,
-    Attempt,
     Client,
     Failure,
     Models,
     Status,
     TooLarge,
-    error_message,
-    loads_body,
-    model_names,
 )
 from tackroom.policies.options import construct
-from tackroom.records.secrets import MIN_SECRET_CHARS, REDACTED, register_secret
 
-__all__ = ["CLIENTS", "ContextLengthExceeded", "OpenAIPolicy", "make_openai_policy"]
+__all__ = ["CLIENTS", "CUT_NOTE", "ContextLengthExceeded", "OpenAIPolicy", "make_openai_policy"]
 
 #: The wire clients ``OpenAIPolicy(client=...)`` takes.
 CLIENTS = ("lean", "sdk")
@@ -92,7 +94,6 @@ CLIENTS = ("lean", "sdk")
 DEFAULT_CLIENT = "lean"
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]"}
 # OpenAI-style secret keys, in case a server quotes one we did not send.
 _KEY_PATTERN = re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-*]{8,}")
 #: The smallest default reply cap (characters); it grows with ``max_tokens``.
@@ -102,145 +103,8 @@ MIN_REPLY_CHARS = 16_384
 #: least :data:`MIN_REPLY_BYTES`.
 BYTES_PER_REPLY_CHAR = 64
 MIN_REPLY_BYTES = 8 * 1024 * 1024
-#: Appended to a reply's text that was cut at the cap.
-CUT_NOTE = "\n[tackroom: reply cut at {n} characters]"
 _CONTEXT_WORDS = ("context length", "context_length", "maximum context", "context window",
                   "too long", "max_model_len", "maximum model length")
-
-
-#: JSON as the lean client sends it (compact, UTF-8 as it is).
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
-class _LeanClient:
-    """The body built as a dict, stdlib JSON, :class:`LeanHTTP` (see the module docstring)."""
-
-    def __init__(self, base_url: str, key: str, max_idle: int) -> None:
-        self.http = LeanHTTP(base_url, {"Authorization": f"Bearer {key}"}, max_idle=max_idle)
-        # The tool schemas of the last request, encoded: a harness sends the same list
-        # object every turn (HarnessSpec.tools), and its nested dicts cost as much to
-        # encode as the whole conversation. Held here, so its id cannot be reused.
-        self._tools: tuple[Any, bytes] | None = None
-
-    def _body(self, fields: dict[str, Any], extra: dict[str, Any]) -> bytes:
-        # Extra fields go in last and win, as the SDK's ``extra_body`` does.
-        body = {**fields, **extra} if extra else fields
-        tools = body.get("tools")
-        if not tools:
-            return _encode(body).encode()
-        known = self._tools
-        if known is None or known[0] is not tools:
-            known = self._tools = (tools, _encode(tools).encode())
-        rest = _encode({k: v for k, v in body.items() if k != "tools"}).encode()
-        return b"%s,\"tools\":%s}" % (rest[:-1], known[1])
-
-    async def chat(self, fields: dict[str, Any], extra: dict[str, Any],
-                   max_bytes: int) -> Attempt:
-        data = self._body(fields, extra)
-        try:
-            resp = await self.http.request("POST", "/chat/completions", data, limit=max_bytes,
-                                           error_limit=MAX_OTHER_BODY_BYTES, raise_over=True)
-        except BodyTooLarge:
-            raise TooLarge from None
-        except HTTPFailure as e:
-            return Failure("connection", message=str(e))
-        if resp.status >= 400:
-            return Status(resp.status, error_message(*loads_body(resp.body)),
-                           resp.headers.get("retry-after"))
-        return resp.body
-
-    async def models(self, timeout: float) -> Models:
-        try:
-            resp = await self.http.request("GET", "/models", limit=MAX_OTHER_BODY_BYTES,
-                                           error_limit=MAX_OTHER_BODY_BYTES)
-        except HTTPFailure as e:
-            return Failure("connection", message=str(e))
-        if resp.status >= 400:
-            return Status(resp.status, error_message(*loads_body(resp.body)))
-        data, _ = loads_body(resp.body)
-        if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-            return None
-        return model_names(data["data"])
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
-
-
-def _split_userinfo(url: str) -> tuple[str, str, str]:
-    """``(url with user-info percent-encoded, user, password)``.
-
-    The authority ends at the first ``/``, ``?`` or ``#`` and the user-info at
-    its *last* ``@``, so a password may hold ``@`` and ``:``
-    (``http://user:p@ss@host:8000/v1``).
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url, "", ""
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    authority, tail = rest[:end], rest[end:]
-    userinfo, at, hostport = authority.rpartition("@")
-    if not at:
-        return url, "", ""
-    user, _, password = userinfo.partition(":")
-    user, password = unquote(user), unquote(password)
-    enc = quote(user, safe="") + (f":{quote(password, safe='')}" if password else "")
-    return f"{scheme}://{enc}@{hostport}{tail}", user, password
-
-
-def _check_url(url: str, policy_id: str) -> str:
-    """The printable form of ``url`` (see :func:`_clean_url`), or a PolicyError if it is not
-    an http(s) URL with a host that the HTTP client could use."""
-    try:
-        parts = urlsplit(url)
-        ok = (parts.scheme in ("http", "https") and bool(parts.hostname)
-              and _valid_host(parts.hostname) and not _URL_JUNK.search(url))
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        ok = False
-    if not ok:
-        shown = _clean_url(url) if "@" in url else url  # never a password
-        raise PolicyError(f"cannot use base URL {shown!r}", policy_id,
-                          "give an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1")
-    return _clean_url(url)
-
-
-# Whitespace and control characters, which no HTTP client puts on a request line.
-_URL_JUNK = re.compile(r"[\x00-\x20\x7f]")
-_HOST_CHARS = re.compile(r"[a-z0-9._~%!$&'()*+,;=-]+")
-
-
-def _valid_host(host: str) -> bool:
-    """An IP literal, or a name that encodes to ASCII host characters (IDNA for others)."""
-    if ":" in host:
-        try:
-            ipaddress.IPv6Address(host.split("%", 1)[0])
-        except ValueError:
-            return False
-        return True
-    try:
-        ascii_host = host.encode("idna").decode("ascii")
-    except UnicodeError:
-        return False
-    return bool(_HOST_CHARS.fullmatch(ascii_host.lower()))
-
-
-def _clean_url(url: str) -> str:
-    """``url`` without user-info, query or fragment: safe to print and record."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-
-
-def _is_openai_host(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
-    return host == "openai.com" or host.endswith(".openai.com")
-
-
-def _is_local(url: str) -> bool:
-    return (urlsplit(url).hostname or "").lower() in _LOCAL_HOSTS
 
 
 class OpenAIPolicy:
@@ -309,14 +173,14 @@ class OpenAIPolicy:
         self.model = model
         given = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
         self.id = f"openai:{model}"
-        self.base_url, _, password = _split_userinfo(given.rstrip("/"))
-        self.url = _check_url(self.base_url, self.id)
+        self.base_url, _, password = split_userinfo(given.rstrip("/"))
+        self.url = check_url(self.base_url, self.id)
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
         self.max_concurrency = int(max_concurrency)
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)
-        self.return_token_ids = (_is_local(self.base_url) if return_token_ids is None
+        self.return_token_ids = (is_local(self.base_url) if return_token_ids is None
                                  else return_token_ids)
         self.extra_body = dict(extra_body or {})
         self.max_reply_chars = None if max_reply_chars is None else int(max_reply_chars)
@@ -324,7 +188,7 @@ class OpenAIPolicy:
 
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
-            if _is_openai_host(self.base_url):
+            if is_openai_host(self.base_url):
                 raise PolicyError(f"no API key for {self.url}", self.id,
                                   "set OPENAI_API_KEY or pass --base-url for a local server")
             key = "EMPTY"
@@ -338,14 +202,14 @@ class OpenAIPolicy:
         self._output_secrets = [v for v in self._secrets if len(v) >= MIN_SECRET_CHARS]
         for value in self._output_secrets:
             register_secret(value)  # the record store redacts it wherever it appears
-        self.client = client or ("sdk" if _proxied(self.base_url) else DEFAULT_CLIENT)
+        self.client = client or ("sdk" if proxied(self.base_url) else DEFAULT_CLIENT)
         self._client: Client
         if self.client == "sdk":
             from tackroom.policies.openai_sdk import SDKClient  # the SDK loads only here
 
             self._client = SDKClient(self.base_url, key, self.timeout, self.max_concurrency)
         else:
-            self._client = _LeanClient(self.base_url, key, self.max_concurrency)
+            self._client = LeanClient(self.base_url, key, self.max_concurrency)
         self._semaphore = asyncio.Semaphore(self.max_concurrency)
 
     # ------------------------------------------------------------ identity
@@ -398,7 +262,7 @@ class OpenAIPolicy:
             extra = {**extra, "return_token_ids": True}
         max_chars, max_bytes = self.reply_limits(s.max_tokens)
         data = await self._post_with_retries(kwargs, extra, max_bytes)
-        return self._parse(data, max_chars)
+        return parse_completion(data, max_chars, self.model, self._scrub_output)
 
     async def _post_with_retries(self, kwargs: dict[str, Any], extra: dict[str, Any],
                                  max_bytes: int) -> dict[str, Any]:
@@ -534,78 +398,6 @@ class OpenAIPolicy:
         except TimeoutError:
             return Failure("timeout")
 
-    # --------------------------------------------------------------- parse
-    def _parse(self, data: dict[str, Any], max_chars: int) -> PolicyResponse:
-        """Read the raw JSON tolerantly: a malformed tool call is data, not an error.
-
-        Text and tool-call arguments share a budget of ``max_chars`` characters
-        (after our secrets are redacted); what is past it is dropped.
-        """
-        budget = max_chars
-        cut = False
-
-        def keep(value: str) -> str:
-            nonlocal budget, cut
-            value = self._scrub_output(value)
-            if len(value) > budget:
-                value, cut = value[:budget], True
-            budget -= len(value)
-            return value
-
-        choice = data["choices"][0] if isinstance(data["choices"][0], dict) else {}
-        message = choice.get("message") or {}
-        content = message.get("content")
-        if isinstance(content, list):  # content parts; join the text ones
-            content = "".join(p.get("text", "") for p in content
-                              if isinstance(p, dict) and isinstance(p.get("text", ""), str))
-        if isinstance(content, str):
-            content = keep(content)
-            if cut:
-                content += CUT_NOTE.format(n=max_chars)
-        tool_calls = []
-        raw_calls = message.get("tool_calls") or []
-        for i, tc in enumerate(raw_calls if isinstance(raw_calls, list) else []):
-            if budget <= 0 and i > 0:
-                cut = True
-                break  # no room left for more calls
-            if not isinstance(tc, dict):
-                tool_calls.append(ToolCall(id=f"call_{i}", name="", arguments=keep(str(tc))))
-                continue
-            fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
-            args = fn.get("arguments")
-            if args is None:
-                args = ""
-            elif not isinstance(args, str):  # some servers send an object
-                args = json.dumps(args)
-            tool_calls.append(ToolCall(
-                id=self._scrub_output(str(tc.get("id") or f"call_{i}"))[:200],
-                name=self._scrub_output(str(fn.get("name") or ""))[:200],
-                arguments=keep(args)))
-
-        logprobs = None
-        lp_content = (choice.get("logprobs") or {}).get("content") \
-            if isinstance(choice.get("logprobs"), dict) else None
-        if isinstance(lp_content, list):
-            logprobs = [float(t.get("logprob", 0.0)) for t in lp_content if isinstance(t, dict)]
-        token_ids = choice.get("token_ids")
-        if token_ids is None:
-            token_ids = choice.get("response_token_ids")  # SGLang's spelling
-        if token_ids is None and isinstance(lp_content, list):
-            token_ids = _ids_from_tokens(lp_content)  # vLLM --return-tokens-as-token-ids
-        usage = data.get("usage") or {}
-        return PolicyResponse(
-            text=content if isinstance(content, str) else None,
-            tool_calls=tool_calls,
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-            # At most one token per kept character: the body limit bounds the rest.
-            token_ids=([int(t) for t in token_ids[:max_chars]]
-                       if isinstance(token_ids, list) else None),
-            logprobs=logprobs[:max_chars] if logprobs is not None else None,
-            model=self._scrub_output(str(data.get("model") or self.model))[:200],
-            finish_reason="length" if cut else str(choice.get("finish_reason") or "stop")[:40],
-        )
-
     # ------------------------------------------------------------- secrets
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:
@@ -633,82 +425,17 @@ class OpenAIPolicy:
         await self.aclose()
 
 
-def _proxied(url: str) -> bool:
-    """Whether an ``HTTP(S)_PROXY`` variable applies to ``url`` (``NO_PROXY`` honoured)."""
-    parts = urlsplit(url)
-    proxies = urllib.request.getproxies_environment()
-    if not proxies.get(parts.scheme) and not proxies.get("all"):
-        return False
-    return not urllib.request.proxy_bypass_environment(parts.hostname or "", proxies)
-
-
-def _ids_from_tokens(content: list[Any]) -> list[int] | None:
-    """vLLM's ``--return-tokens-as-token-ids`` writes each token as ``token_id:123``."""
-    ids = []
-    for t in content:
-        tok = t.get("token") if isinstance(t, dict) else None
-        if not isinstance(tok, str) or not tok.startswith("token_id:"):
-            return None
-        try:
-            ids.append(int(tok[len("token_id:"):]))
-        except ValueError:
-            return None
-    return ids or None
-
-
 _INT_OPTS = {"max_retries", "max_concurrency", "max_reply_chars", "max_reply_bytes"}
 _FLOAT_OPTS = {"timeout", "backoff_base", "backoff_max"}
-_SPEC_FORM = "write openai:MODEL or openai:MODEL@http://host:port/v1"
-# The ``@`` that starts a URL: the first one followed by ``scheme://``.
-_URL_AT = re.compile(r"@(?=[A-Za-z][A-Za-z0-9+.-]*://)")
-# What follows an ``@`` and looks like a host without a scheme:
-# ``localhost[:port]``, an IP, ``[v6]``, or any ``host:port`` / ``host/path``.
-_BARE_HOST = re.compile(
-    r"^(?:(?:localhost|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\])(?::\d+)?(?:[/?#]|$)"
-    r"|[A-Za-z0-9][A-Za-z0-9.-]*(?::\d+(?:[/?#]|$)|\.[A-Za-z0-9-]+/))")
-
-
-def _shown_spec(spec: str) -> str:
-    """``spec`` safe to print: any URL in it without user-info, query or fragment."""
-    m = _URL_AT.search(spec)
-    return spec if m is None else f"{spec[:m.start()]}@{_clean_url(spec[m.end():])}"
-
-
 def make_openai_policy(spec: str, **opts: Any) -> OpenAIPolicy:
     """Build a policy from ``openai:MODEL`` or ``openai:MODEL@http://host:port/v1``.
 
     ``opts`` are :class:`OpenAIPolicy` keyword arguments; numeric ones may come
     as strings (from the command line). A ``base_url`` in ``opts`` wins over none
-    in the spec; giving both is an error.
-
-    The URL starts at the first ``@`` followed by ``http://`` or ``https://``,
-    so a model name may hold ``@`` (``org/model@v2@http://...``) and so may the
-    URL's password. A spec whose ``@`` is followed by something else that looks
-    like a server (``m@127.0.0.1:8000/v1``, ``m@ftp://...``) is refused: it is
-    never read as a model name served by the default (remote) endpoint.
+    in the spec; giving both is an error. How the spec is read (an ``@`` may be
+    in the model name and in the URL's password) is
+    :func:`~tackroom.policies.openai_spec.read_spec`'s.
     """
-    shown = _shown_spec(spec)
-    prefix, sep, rest = spec.partition(":")
-    if prefix != "openai" or not sep or not rest:
-        raise PolicyError(f"not an openai policy spec: {shown!r}", "--policy", _SPEC_FORM)
-    m = _URL_AT.search(rest)
-    if m is not None:
-        model, url = rest[:m.start()], rest[m.end():]
-        if not url.lower().startswith(("http://", "https://")) or not model:
-            raise PolicyError(f"cannot read model and URL from {shown!r}", "--policy",
-                              _SPEC_FORM + " (MODEL not empty, the URL starting with http:// or https://)")
-        scheme, _, tail = url.partition("://")
-        url = f"{scheme.lower()}://{tail}"  # schemes are case-insensitive
-        if opts.get("base_url"):
-            raise PolicyError(f"two base URLs: {shown!r} and base_url="
-                              f"{_clean_url(str(opts['base_url']))!r}",
-                              "--policy", "give the URL once")
-        opts["base_url"] = url
-    else:
-        model = rest
-        tails = [rest[i + 1:] for i, c in enumerate(rest) if c == "@"]
-        if any(_BARE_HOST.match(t) for t in tails):
-            raise PolicyError(f"{shown!r} names a server without http:// or https://",
-                              "--policy", _SPEC_FORM)
+    model, shown = read_spec(spec, opts)
     return construct(OpenAIPolicy, model, opts, spec=shown, ints=_INT_OPTS,
                      floats=_FLOAT_OPTS)

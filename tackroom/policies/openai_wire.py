@@ -1,6 +1,6 @@
 """What the ``openai`` policy's two wire clients share: the result of one attempt.
 
-A client (:class:`Client`: the lean one in :mod:`tackroom.policies.openai_policy`,
+A client (:class:`Client`: the lean one in :mod:`tackroom.policies.openai_lean`,
 the SDK's in :mod:`tackroom.policies.openai_sdk`) turns a request into a body, an
 HTTP status (:class:`Status`) or a transport failure (:class:`Failure`) and
 nothing more: retries, deadlines, scrubbing and parsing are the policy's. This

@@ -15,7 +15,7 @@ The child is ``python -m tackroom.records.converter BLOB_DIR`` with pipes on
 stdin and stdout (not :mod:`multiprocessing`, whose start methods other than
 ``fork`` import the caller's ``__main__`` again, and ``fork`` copies a process
 whose DuckDB and asyncio threads are mid-flight). Secrets registered in the
-parent (:func:`~tackroom.records.secrets.register_secret`) travel with every
+parent (:func:`~tackroom.core.secrets.register_secret`) travel with every
 batch. The child writes a batch's images to the store's blob directory before
 it answers, as the in-process path does before its commit.
 
@@ -40,10 +40,10 @@ from typing import IO, Any
 import pyarrow as pa
 
 from tackroom.core.episode import Episode
+from tackroom.core.secrets import live_secrets, set_live_secrets
 from tackroom.records.blobs import BlobStore
 from tackroom.records.rows import arrow_table, episode_row, turn_rows
 from tackroom.records.schema import EPISODE_SCHEMA, TURN_SCHEMA
-from tackroom.records.secrets import live_secrets, set_live_secrets
 
 __all__ = ["ConverterLost", "RowConverter", "convert_batch"]
 

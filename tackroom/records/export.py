@@ -162,7 +162,8 @@ _TURN_STRUCT = """struct_pack(
     t_env := t.t_env,
     t_harness := t.t_harness,
     messages_from := t.messages_from,
-    delegation := CAST(t.delegation AS VARCHAR))"""
+    delegation := CAST(t.delegation AS VARCHAR),
+    notes := CAST(t.notes AS VARCHAR))"""
 
 # ``k``: the (run_id, episode_id) records of one batch, from two parallel lists.
 _PARQUET_SQL = f"""
@@ -420,6 +421,7 @@ def episode_to_atif(ep: Episode) -> dict[str, Any]:
             "t_env": turn.t_env,
             "t_harness": turn.t_harness,
             "delegation": turn.delegation,
+            "notes": turn.notes or None,
         })
         add({
             "timestamp": _iso(start + elapsed) if start else None,

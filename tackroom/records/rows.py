@@ -1,6 +1,6 @@
 """Rows: how an :class:`Episode` and its turns become table rows, and back.
 
-Writing scrubs every text and JSON value (:mod:`tackroom.records.secrets`)
+Writing scrubs every text and JSON value (:mod:`tackroom.core.secrets`)
 and checks what the tables would refuse, so a bad episode fails the caller's
 ``append`` instead of a later batched commit. Reading turns rows back into
 :class:`Episode` and :class:`Turn` objects. Also the small DuckDB cursor
@@ -20,6 +20,8 @@ import duckdb
 import pyarrow as pa
 
 from tackroom.core.episode import Episode, Outcome, Turn
+from tackroom.core.finite import NON_FINITE_LOGPROBS, finite_logprobs
+from tackroom.core.secrets import may_hold_secret, scrub, scrub_text
 from tackroom.harness.content import text_of
 from tackroom.records.blobs import BlobStore, externalize, resolve
 from tackroom.records.deltas import decode, encode
@@ -28,7 +30,6 @@ from tackroom.records.schema import (
     EPISODE_FIELDS,
     JSON_EPISODE_FIELDS,
 )
-from tackroom.records.secrets import may_hold_secret, scrub, scrub_text
 
 __all__ = [
     "to_json", "scrubbed_json", "scrubbed_text", "episode_row", "turn_rows", "arrow_table",
@@ -164,6 +165,11 @@ def turn_rows(ep: Episode, blobs: BlobStore | None = None) -> list[dict[str, Any
 
 def _turn_row(run_id: str, episode_id: str, turn: Turn, messages: list[Any],
               messages_from: int | None) -> dict[str, Any]:
+    logprobs, notes = finite_logprobs(turn.logprobs), list(turn.notes)
+    if logprobs is None and turn.logprobs is not None:
+        # The policies check where log-probs enter; this keeps any other writer's
+        # NaN / inf out of the file (and so out of every export and training batch).
+        notes.append(NON_FINITE_LOGPROBS)
     return {
         "run_id": run_id,
         "episode_id": episode_id,
@@ -181,12 +187,13 @@ def _turn_row(run_id: str, episode_id: str, turn: Turn, messages: list[Any],
         "prompt_tokens": int(turn.prompt_tokens),
         "completion_tokens": int(turn.completion_tokens),
         "token_ids": _token_ids(turn.token_ids),
-        "logprobs": None if turn.logprobs is None else [float(x) for x in turn.logprobs],
+        "logprobs": logprobs,
         "adapter": turn.adapter,
         "t_policy": float(turn.t_policy),
         "t_env": float(turn.t_env),
         "t_harness": float(turn.t_harness),
         "delegation": None if turn.delegation is None else scrubbed_json(turn.delegation),
+        "notes": scrubbed_json(notes) if notes else None,
     }
 
 
@@ -271,6 +278,7 @@ def _turn_from_row(row: Mapping[str, Any], messages: list[Any]) -> Turn:
         t_env=row["t_env"],
         t_harness=row["t_harness"],
         delegation=loads(row.get("delegation"), None),
+        notes=loads(row.get("notes"), None) or [],
     )
 
 

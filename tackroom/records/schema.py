@@ -1,8 +1,8 @@
 """The record store's tables: their columns, the DDL, and the migrations.
 
-Schema version 6 (:data:`SCHEMA_VERSION`) has five tables. Times are Unix
+Schema version 7 (:data:`SCHEMA_VERSION`) has five tables. Times are Unix
 seconds (``DOUBLE``), like the times on :class:`~tackroom.core.episode.Episode`;
-``JSON`` columns hold scrubbed JSON text (see :mod:`tackroom.records.secrets`)::
+``JSON`` columns hold scrubbed JSON text (see :mod:`tackroom.core.secrets`)::
 
     meta(schema_version, created_at, tackroom_version)
         one row: the layout version of the file and the tackroom that made it.
@@ -28,7 +28,7 @@ seconds (``DOUBLE``), like the times on :class:`~tackroom.core.episode.Episode`;
           parse_error, feedback, actions JSON, action_error, observation,
           reward, prompt_tokens, completion_tokens, token_ids INTEGER[],
           logprobs DOUBLE[], adapter, t_policy, t_env, t_harness,
-          messages_from, delegation JSON, PK (run_id, episode_id, idx))
+          messages_from, delegation JSON, notes JSON, PK (run_id, episode_id, idx))
         one row per model call: the exact messages the model saw — each
         message stored once: ``messages`` is a delta of turn
         ``messages_from``'s messages (:mod:`tackroom.records.deltas`; the whole
@@ -39,7 +39,10 @@ seconds (``DOUBLE``), like the times on :class:`~tackroom.core.episode.Episode`;
         observation, reward, token counts, the completion's token ids and
         log-probs, the LoRA adapter that produced it, seconds per phase, and
         ``delegation``: the turn's decision points and who acted
-        (:mod:`tackroom.harness.delegation`; ``NULL`` without a ``[delegation]`` slot).
+        (:mod:`tackroom.harness.delegation`; ``NULL`` without a ``[delegation]`` slot),
+        ``notes``: what the policy could not take from the model server as sent
+        (a usage count or log-probs that were not finite numbers, recorded as
+        missing), a JSON list of lines (``NULL``: none).
     train_steps(run_id, step, metrics JSON, recorded_at, PK (run_id, step))
         one row per optimiser step of a training run (SFT, RL).
 
@@ -49,7 +52,7 @@ A file with an older ``schema_version`` is migrated in place when opened for
 writing (:func:`migrate`, one transaction: 1→2 re-keyed episodes and turns by
 run, 2→3 added ``episodes.failure_mode`` and ``train_steps``, 3→4 the run's owner
 and heartbeat, 4→5 stored each turn's messages as a delta, 5→6 added
-``turns.delegation``); a newer one is
+``turns.delegation``, 6→7 added ``turns.notes``); a newer one is
 refused. To change a table: bump :data:`SCHEMA_VERSION`, change the column
 lists here and add the step to :data:`MIGRATIONS`.
 """
@@ -73,7 +76,7 @@ __all__ = [
 
 #: Version of the table layout this code writes. Bump it and add a migration
 #: to ``MIGRATIONS`` whenever a table changes.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: The values of ``runs.status``.
 RUN_STATUSES = ("running", "finished", "interrupted")
@@ -149,6 +152,8 @@ TURN_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("messages_from", "INTEGER", pa.int32()),
     # The decision points of the turn and who acted at them (NULL: no [delegation] slot).
     ("delegation", "JSON", pa.string()),
+    # What the policy could not take from the server as sent (NULL: nothing).
+    ("notes", "JSON", pa.string()),
 ]
 
 EPISODE_SCHEMA = pa.schema([(name, typ) for name, _, typ in EPISODE_COLUMNS])
@@ -157,7 +162,7 @@ TURN_SCHEMA = pa.schema([(name, typ) for name, _, typ in TURN_COLUMNS])
 EPISODE_FIELDS = tuple(name for name, _, _ in EPISODE_COLUMNS)
 TURN_FIELDS = tuple(name for name, _, _ in TURN_COLUMNS)
 JSON_EPISODE_FIELDS = ("sampling", "meta")
-JSON_TURN_FIELDS = ("messages", "tool_calls", "actions", "delegation")
+JSON_TURN_FIELDS = ("messages", "tool_calls", "actions", "delegation", "notes")
 # Episode columns that are derived from the turns or are bookkeeping, not
 # constructor arguments of ``Episode``.
 DERIVED_EPISODE_FIELDS = ("n_turns", "prompt_tokens", "completion_tokens", "parse_errors",
@@ -289,7 +294,8 @@ _MIGRATE_BATCH = 256
 #: The steps run in one transaction with the ``meta`` update.
 MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], None]]] = {
     1: _V1_TO_V2, 2: _V2_TO_V3, 3: _V3_TO_V4, 4: [_turns_as_deltas],
-    5: ["ALTER TABLE turns ADD COLUMN delegation JSON"]}
+    5: ["ALTER TABLE turns ADD COLUMN delegation JSON"],
+    6: ["ALTER TABLE turns ADD COLUMN notes JSON"]}
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection, where: str, read_only: bool) -> None:

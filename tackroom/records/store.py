@@ -31,7 +31,7 @@ episode and its turns always land in the same transaction, so a crash (even
 queue first (:meth:`~RecordStore.load_episodes` reads committed records).
 
 Secrets never reach the file: every text and JSON value is scrubbed on the
-way in (:mod:`tackroom.records.secrets`).
+way in (:mod:`tackroom.core.secrets`).
 
 Images in messages (screenshots) are not stored inline: each is a file
 ``<store dir>/blobs/<sha256>.<ext>`` that the stored message references, and
@@ -56,6 +56,7 @@ import pyarrow as pa
 
 from tackroom.core.episode import Episode, Outcome, Turn
 from tackroom.core.errors import RecordStoreError
+from tackroom.core.secrets import REDACTED, scrub
 from tackroom.records.blobs import BlobStore, blob_dir
 from tackroom.records.paths import DEFAULT_PATH, default_db
 from tackroom.records.rows import (
@@ -81,7 +82,6 @@ from tackroom.records.schema import (
     TURN_SCHEMA,
     ensure_schema,
 )
-from tackroom.records.secrets import REDACTED, scrub
 
 # The names after ``RecordStore`` live in their own modules; they are
 # re-exported here for callers that import them from the store.

@@ -189,6 +189,7 @@ async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert
                                                       response.completion_tokens)
         turn.token_ids, turn.logprobs, turn.adapter = (response.token_ids, response.logprobs,
                                                        response.adapter)
+        turn.notes = list(response.notes)
         tokens += response.prompt_tokens + response.completion_tokens
         parsed = session.parse(response)
         turn.t_harness = t_h + time.perf_counter() - t0

@@ -1,8 +1,11 @@
-"""Secret scrubbing: what keeps API keys and tokens out of the record store.
+"""Secret scrubbing: the one redaction of credentials, wherever text is stored or printed.
 
-Every text and JSON value the store writes passes through :func:`scrub` or
+Every text and JSON value the record store writes passes through :func:`scrub` or
 :func:`scrub_text` (see :func:`tackroom.records.rows.scrubbed_json`), so a
-secret never reaches the DuckDB file or its write-ahead log. Two rules:
+secret never reaches the DuckDB file or its write-ahead log; policy specs and URLs
+that are printed (run tables, errors, reports) go through :func:`redact_url` or
+:func:`scrub_text` too. It lives in ``core`` because both the policies that hold
+secrets and the records that must not keep them use it. The rules:
 
 * a value whose *key* names a secret (``api_key``, ``apiKey``, ``X-Api-Key``,
   ``authorization``, ``password``, ``client_secret``, ``access_token``,
@@ -12,6 +15,12 @@ secret never reaches the DuckDB file or its write-ahead log. Two rules:
 * inside every string, ``sk-...`` keys, ``hf_`` / ``ghp_`` / ``github_pat_``
   tokens, ``Bearer``/``Basic`` credentials and ``api_key=<value>``-style
   assignments are redacted;
+* inside every string, the password of a URL's user-info
+  (``http://user:PASSWORD@host/`` — the user-info ends at the authority's *last*
+  ``@``, so a password may hold ``@``) and the value of a credential-named query
+  parameter (``?key=``, ``?api_key=``, ``&token=``, ``&sig=`` ...) are redacted,
+  whatever their length;
+* dict keys are text too: a spec used as a key (``policy_ids``) is scrubbed;
 * secrets known to be live in this process (the API key a policy sends, a
   password in its base URL, a served endpoint's key), registered with
   :func:`register_secret`, are redacted wherever they appear, whatever they
@@ -28,7 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["REDACTED", "MIN_SECRET_CHARS", "may_hold_secret", "register_secret", "scrub",
-           "scrub_text", "live_secrets", "set_live_secrets"]
+           "scrub_text", "redact_url", "live_secrets", "set_live_secrets"]
 
 #: What a secret is replaced with.
 REDACTED = "[redacted]"
@@ -63,6 +72,35 @@ _SECRET_ASSIGNMENT = re.compile(
     r"[\"']?\s*[:=]\s*[\"']?)"
     r"(?!\[redacted\])(?!(?:bearer|basic)\s)([^\s\"',;&}]+)"
 )
+
+# The password of a URL's user-info: ``scheme://user:PASSWORD@host``. The authority
+# ends at the first ``/``, ``?``, ``#`` or white space, and its user-info at its last
+# ``@`` (the greedy ``[^/?#...]*`` backs off to it), so ``p@ss`` is redacted whole.
+# Quotes, ``<>`` and backslashes end it too: a URL inside a JSON document or HTML
+# never reaches past its own string.
+_URL_PASSWORD = re.compile(
+    r"(?i)\b([a-z][a-z0-9+.-]*://[^/?#\s:@\"'<>\\]*:)(?!\[redacted\]@)"
+    r"[^/?#\s\"'<>\\]*@")
+# A query parameter that carries a credential: ``?key=``, ``&api_key=``, ``&token=``,
+# ``&access_token=``, ``&sig=`` (signed URLs), ``&password=`` ...
+_URL_QUERY = re.compile(
+    r"(?i)([?&;](?:key|api[_-]?key|apikey|x-goog-api-key|token|access[_-]?token"
+    r"|auth[_-]?token|id[_-]?token|refresh[_-]?token|secret|client[_-]?secret|password"
+    r"|passwd|pwd|sig|signature|x-amz-signature|x-amz-credential|code)=)"
+    r"(?!\[redacted\])[^&#\s\"'<>]+")
+
+
+def redact_url(text: str) -> str:
+    """``text`` (a URL, or a spec such as ``openai:MODEL@URL``) with its credentials redacted.
+
+    The user-info password and credential-named query values become :data:`REDACTED`;
+    the rest (scheme, user, host, port, path, other parameters) is kept, so a printed or
+    stored spec still says where a run went. Text without credentials comes back as is.
+    """
+    if "://" not in text:
+        return text
+    text = _URL_PASSWORD.sub(rf"\1{REDACTED}@", text)
+    return _URL_QUERY.sub(rf"\1{REDACTED}", text)
 
 
 def _snake(key: str) -> str:
@@ -146,6 +184,8 @@ def may_hold_secret(text: str) -> bool:
     """``False`` when ``text`` (a string or a whole JSON document) surely holds no secret."""
     if any(v in text or e in text for v, e in _LIVE):
         return True
+    if "://" in text and ("@" in text or "=" in text):  # a URL with user-info or a query
+        return True
     low = text.lower()
     if any(mark in low for mark in _SECRET_MARKS):
         return True
@@ -158,6 +198,7 @@ def scrub_text(text: str) -> str:
     if not may_hold_secret(text):
         return text
     text = _scrub_live(text)
+    text = redact_url(text)
     text = _SECRET_TEXT.sub(REDACTED, text)
     text = _BEARER.sub(rf"\1 {REDACTED}", text)
     return _SECRET_ASSIGNMENT.sub(rf"\1{REDACTED}", text)
@@ -170,9 +211,10 @@ def scrub(obj: Any) -> Any:
     (``api_key``, ``authorization``, ``password``, ``secret``, ``token``,
     ``access_token`` ...; not ``token_ids``, ``prompt_tokens`` or
     ``max_tokens``), whatever its type (``None``, ``""`` and booleans are
-    kept). Inside every string, ``sk-...`` keys, ``hf_`` / ``ghp_`` tokens,
-    ``Bearer <token>``, ``api_key=<value>``-style assignments and registered
-    live secrets (:func:`register_secret`) are redacted. Other values are returned unchanged.
+    kept). Inside every string — dict keys included — ``sk-...`` keys, ``hf_`` /
+    ``ghp_`` tokens, ``Bearer <token>``, ``api_key=<value>``-style assignments, URL
+    passwords and credential query values (:func:`redact_url`) and registered live
+    secrets (:func:`register_secret`) are redacted. Other values are returned unchanged.
     """
     if isinstance(obj, str):
         return scrub_text(obj)
@@ -183,7 +225,7 @@ def scrub(obj: Any) -> Any:
                     and _is_secret_key(key, obj)):
                 out[key] = REDACTED
             else:
-                out[key] = scrub(value)
+                out[scrub_text(key) if isinstance(key, str) else key] = scrub(value)
         return out
     if isinstance(obj, list | tuple):
         return [scrub(v) for v in obj]
