@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from tackroom.core.task import Task
 from tackroom.sandbox import DEFAULT
-from tackroom.suites.terminal.env import TerminalEnv, missing_command
+from tackroom.suites.terminal.env import TerminalEnv
 from tackroom.suites.terminal.taskdir import TaskDir
+from tackroom.suites.terminal.verdict import missing_command
 
 
 @dataclass
@@ -60,17 +61,17 @@ def check_task(td: TaskDir, *, unsafe_local: bool = False,
     try:
         env.reset(0)
         env.sandbox.close()  # type: ignore[union-attr]
-        unsolved, untouched = env.verify()
-        untouched_lacks = missing_command(untouched.exit_code, untouched.output(2000))
+        before = env.verify()
+        unsolved, untouched, untouched_lacks = before.reward, before.result, before.missing
         if td.solution is None or untouched_lacks:
             return TaskCheck(td.id, unsolved, None, tests_output=untouched.output(2000),
                              untouched_tests_exit=untouched.exit_code, lacks=untouched_lacks)
         env.reset(0)
         solve = env.run_solution()
         env.sandbox.close()  # type: ignore[union-attr]
-        solved, tests = env.verify()
-        lacks = (missing_command(solve.exit_code, solve.output(2000))
-                 or missing_command(tests.exit_code, tests.output(2000)))
+        after = env.verify()
+        solved, tests = after.reward, after.result
+        lacks = missing_command(solve.exit_code, solve.output(2000)) or after.missing
         return TaskCheck(td.id, unsolved, solved, solve.output(2000), tests.output(2000),
                          untouched_tests_exit=untouched.exit_code, solve_exit=solve.exit_code,
                          tests_exit=tests.exit_code, lacks=lacks)

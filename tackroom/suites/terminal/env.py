@@ -22,7 +22,6 @@ installs) is slid under it only while the tests run.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -56,6 +55,14 @@ from tackroom.suites.terminal.compose import Service
 from tackroom.suites.terminal.environment import Prepared, prepare, split_tests
 from tackroom.suites.terminal.shell_session import KEYS, ShellSession
 from tackroom.suites.terminal.taskdir import TaskDir
+from tackroom.suites.terminal.verdict import (
+    MISSING_LOG,
+    VERIFIER_OUTPUT_LIMIT,
+    Verdict,
+    not_found,
+    not_found_env,
+    read_reward,
+)
 
 #: Characters of command output shown per command.
 OUTPUT_LIMIT = 6000
@@ -274,13 +281,13 @@ class TerminalEnv:
             self.session = None
         assert self.sandbox is not None
         self.sandbox.close()
-        reward, res = self.verify()
+        verdict = self.verify()
+        reward, res = verdict.reward, verdict.result
         output = res.output(VERIFIER_OUTPUT_LIMIT)
-        missing = missing_command(res.exit_code, output)
-        if missing:
+        if verdict.missing:
             # The verifier's own tool is absent: nothing was judged, so it is not a failure.
             raise InfraError(f"the task's verifier could not run (exit {res.exit_code}: "
-                             f"{missing}); its output: {output[-500:].strip()}",
+                             f"{verdict.missing}); its output: {output[-500:].strip()}",
                              str(self.td.path / "tests" / "test.sh"),
                              "give the task's environment what tests/test.sh runs (its "
                              "Dockerfile's packages), or check it with `tackroom tasks import`")
@@ -289,8 +296,9 @@ class TerminalEnv:
         text = f"Tests finished: reward {reward:g}.\n"
         return StepResult(self._obs(text), reward, not truncated, truncated, reward >= 1.0, info)
 
-    def verify(self) -> tuple[float, CommandResult]:
-        """Run ``tests/test.sh`` in a fresh sandbox on the task directory; (reward, result)."""
+    def verify(self) -> Verdict:
+        """Run ``tests/test.sh`` in a fresh sandbox on the task directory: its reward, how it
+        ran, and what it could not run (:mod:`tackroom.suites.terminal.verdict`)."""
         assert self._tmp is not None
         tests, logs = self._tmp / "tests", self._tmp / "logs"
         shutil.rmtree(tests, ignore_errors=True)
@@ -313,11 +321,17 @@ class TerminalEnv:
             with self._sandbox(limits, binds) as box:
                 self.sandbox = box
                 res = box.run(self._local(f"cd {self.td.workdir} && bash /tests/test.sh", binds),
-                              env=self._env())
+                              env={**self._env(),
+                                   **not_found_env(self._local(f"/logs/{MISSING_LOG}", binds))})
         finally:
             if slide:
                 self.root.remount(self.prepared.image.layers)
-        return _reward(logs / "verifier"), res
+        # What the script could not run decides before its reward: a verifier that judged
+        # nothing may have written any number.
+        missing = not_found(logs, res)
+        reward = 0.0 if missing else read_reward(logs / "verifier",
+                                                 str(self.td.path / "tests" / "test.sh"))
+        return Verdict(reward, res, missing)
 
     def _start_services(self, services: tuple[Service, ...]) -> None:
         """Start the task's services (programs of its image) and wait for their ports.
@@ -450,48 +464,3 @@ def _show(cmd: str, res: CommandResult) -> str:
     body = res.output(OUTPUT_LIMIT)
     status = f"[exit code {res.exit_code}]" if not res.timed_out else ""
     return f"$ {shown}\n{body}{'' if body.endswith(chr(10)) or not body else chr(10)}{status}"
-
-
-#: Characters of the verifier's output kept with an episode.
-VERIFIER_OUTPUT_LIMIT = 4000
-
-_NOT_FOUND = re.compile(r"(?:^|\n)(?:[^\n:]*: )?(?:line \d+: )?([A-Za-z0-9_.+-]+): "
-                        r"(?:command not found|not found|No such file or directory)")
-
-
-def missing_command(exit_code: int | None, output: str) -> str | None:
-    """What a script could not run at all (``"pytest not found"``), or ``None``.
-
-    Exit 126/127 from a *command name* the script calls (``pytest: command not
-    found``) means the environment lacks the script's tool: a verifier that
-    exits so judged nothing. A *path* that is missing (``./solution-binary: No
-    such file``) is what the agent had to make: a task failure, judged as such.
-    """
-    if exit_code not in (126, 127):
-        return None
-    for m in _NOT_FOUND.finditer(output):
-        name = m.group(1)
-        if "/" not in name:
-            return f"{name} not found"
-    if exit_code == 126 and "cannot execute" in output and "/" not in output.split(":")[0]:
-        return "cannot execute"
-    return None
-
-
-def _reward(verifier: Path) -> float:
-    """Harbor's reward: ``reward.txt`` (a number) or ``reward.json`` (``reward`` or the mean)."""
-    txt, js = verifier / "reward.txt", verifier / "reward.json"
-    try:
-        if txt.is_file():
-            return float(txt.read_text().strip().split()[0])
-        if js.is_file():
-            data = json.loads(js.read_text())
-            if isinstance(data, (int, float)):
-                return float(data)
-            if "reward" in data:
-                return float(data["reward"])
-            values = [float(v) for v in data.values() if isinstance(v, (int, float))]
-            return sum(values) / len(values) if values else 0.0
-    except (ValueError, IndexError, TypeError, AttributeError, json.JSONDecodeError):
-        return 0.0
-    return 0.0
