@@ -47,10 +47,11 @@ def test_defaults_round_trip_and_overrides(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("override, what, where, fix", [
-    ("optim.lr=0", "optim.lr = 0.0 must be in (0, 1] (above 1 only diverges)",
-     "override", "e.g. optim.lr = 1e-5"),
-    ("steps=0", "optim.steps = 0 must be from 1 to 4096", "override", "optim.steps = 100"),
-    ("optim.clip=-1", "optim.clip = -1.0 must be > 0", "override", "e.g. optim.clip"),
+    ("optim.lr=0", "optim.lr = 0.0 is out of range", "override",
+     "give a number in (0, 1], e.g. 1e-5 (above 1 only diverges)"),
+    ("steps=0", "optim.steps = 0 is out of range", "override",
+     "give an integer from 1 to 4,096, e.g. 100"),  # a closed interval: check_number's words
+    ("optim.clip=-1", "optim.clip = -1.0 is out of range", "override", "give a number > 0"),
     ("optim.schedule=cosin", "is not allowed (did you mean 'cosine'?)", "override",
      "constant, cosine"),
     ("optim.steps=2.5", "is not an integer", "override", "an integer"),

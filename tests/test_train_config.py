@@ -101,7 +101,7 @@ def test_an_override_can_repair_the_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("override, what, fix", [
     ("algo.algorithm=ppo", "algo.algorithm = 'ppo' is not allowed", "dr_grpo, grpo, gspo"),
     ("algo.algorithm=gspoo", "did you mean 'gspo'?", "use one of"),
-    ("algo.epsilon=1.5", "algo.epsilon = 1.5 must be in [0, 1)", "algo.epsilon = 0.2"),
+    ("algo.epsilon=1.5", "algo.epsilon = 1.5 is out of range", "in [0, 1), e.g. 0.2"),
     ("algo.epsilon=abc", "algo.epsilon = 'abc' is not a number", "a number"),
     ("algo.epsilom=0.3", "unknown setting 'algo.epsilom' (did you mean 'algo.epsilon'?)",
      "keys in this section"),
@@ -110,16 +110,16 @@ def test_an_override_can_repair_the_file(tmp_path: Path) -> None:
     ("grouping.scale_std=yes", "is not a boolean", "true or false"),
     ("grouping.group=__import__('os')", "not allowed", "'within', 'cross'"),
     ("critic.kind=ppo", "critic.kind = 'ppo' is not allowed", "none, shared, harness"),
-    ("critic.lam=2", "critic.lam = 2.0 must be in [0, 1]", "critic.lam = 0.95"),
-    ("lora.rank=0", "lora.rank = 0 must be from 1 to 4096", "lora.rank = 32"),
-    ("grouping.group_size=100000", "must be from 1 to 4096", "grouping.group_size = 8"),
-    ("optim.steps=1e30", "optim.steps = 1000000000000000019884624838656 must be from 1",
-     "optim.steps = 100"),
-    ("rollout.concurrency=99999999", "must be from 1 to 4096", "rollout.concurrency = 8"),
-    ("rollout.temperature=50", "must be in (0, 2]", "rollout.temperature = 1.0"),
-    ("run.seed=-1", "run.seed = -1 must be from 0 to", "run.seed = 0"),
+    ("critic.lam=2", "critic.lam = 2.0 is out of range", "from 0 to 1, e.g. 0.95"),
+    ("lora.rank=0", "lora.rank = 0 is out of range", "from 1 to 4,096, e.g. 32"),
+    ("grouping.group_size=100000", "is out of range", "from 1 to 4,096, e.g. 8"),
+    ("optim.steps=1e30", "optim.steps = 1000000000000000019884624838656 is out of range",
+     "from 1 to 10,000,000, e.g. 100"),
+    ("rollout.concurrency=99999999", "is out of range", "from 1 to 4,096, e.g. 8"),
+    ("rollout.temperature=50", "is out of range", "in (0, 2], e.g. 1.0"),
+    ("run.seed=-1", "run.seed = -1 is out of range", "from 0 to 4,294,967,295, e.g. 0"),
     ("lora.rank=2.5", "is not an integer", "an integer"),
-    ("optim.lr=0", "optim.lr = 0.0 must be in (0, 1]", "optim.lr = 1e-5"),
+    ("optim.lr=0", "optim.lr = 0.0 is out of range", "in (0, 1], e.g. 1e-5"),
     ("optim.lr=inf", "optim.lr = inf is not a finite number", "a finite number"),
     ("optim.steps=none", "optim.steps = 'none' is not an integer", "optim.steps"),
     ("algorithm.nope=1", "unknown setting", "algo.algorithm"),
@@ -143,7 +143,7 @@ def test_file_errors(tmp_path: Path) -> None:
     p = write(tmp_path, '[algo]\nbeta = -1\n')
     with pytest.raises(ConfigError) as e:
         RLConfig.from_toml(p)
-    assert e.value.where == str(p) and "algo.beta = -1.0 must be >= 0" in e.value.what
+    assert e.value.where == str(p) and "algo.beta = -1.0 is out of range" in e.value.what
     with pytest.raises(ConfigError, match=r"unknown section \[algoo\] \(did you mean \[algo\]"):
         RLConfig.from_toml(write(tmp_path, "[algoo]\nbeta = 1\n"))
 
@@ -181,3 +181,17 @@ def test_config_and_advantages_import_without_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "False"
+
+
+def test_the_docs_key_table_is_the_settings() -> None:
+    """docs/training.md lists exactly RLConfig's keys, with their defaults (generated)."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    start, end = "<!-- settings:RLConfig -->\n", "<!-- /settings:RLConfig -->"
+    assert start in doc and end in doc
+    table = doc.split(start, 1)[1].split(end, 1)[0]
+    assert table == RLConfig.key_table(), (
+        "docs/training.md's key table is stale: paste RLConfig.key_table() between the markers")
+    rows = [r for r in table.splitlines()[2:]]
+    keys = [r.split("`")[1] for r in rows]
+    assert keys == [RLConfig.key_of(n) for n in RLConfig.specs()]
+    assert "| `algo.beta` | 0.0 |" in table and "| `lora.rank` (`lora_rank`) | 32 |" in table

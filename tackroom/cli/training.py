@@ -96,22 +96,16 @@ def sft_cmd(
       tackroom eval --suite miniwob --harness som-tools --policy hf:models/tiny-sft/final
     """
     from tackroom.app.runs import new_run_id
-    from tackroom.app.training import sft
-    from tackroom.train.engine import LoraSettings, OptimSettings
-    from tackroom.train.sft import Selection, SFTConfig
+    from tackroom.app.training import sft, sft_config
 
-    selection = Selection(suite=suite, harnesses=tuple(split(harness)),
-                          tasks=tuple(split(tasks)),
-                          outcomes=tuple(split(outcome)) or (Outcome.SUCCESS.value,),
-                          runs=tuple(split(run)), policies=tuple(split(policy)))
-    config = SFTConfig(
-        model=model_dir, out=out, selection=selection,
-        lora=LoraSettings(rank=lora_rank, alpha=lora_alpha) if lora or adapter else None,
-        optim=OptimSettings(lr=lr, warmup_steps=warmup, grad_accum=grad_accum),
-        epochs=epochs, batch_size=batch_size, max_length=max_length,
-        checkpoint_every=checkpoint_every, seed=seed, device=device, threads=threads,
-        save_dtype=save_dtype, init_adapter=adapter)
-    config.check()  # before the progress bar and before torch loads: a typo is one line
+    # Checked here, before the progress bar and before torch loads: a typo is one line.
+    config = sft_config(model_dir, out, suite=suite, harnesses=split(harness),
+                        tasks=split(tasks), outcomes=split(outcome), runs=split(run),
+                        policies=split(policy), lora=lora, lora_rank=lora_rank,
+                        lora_alpha=lora_alpha, adapter=adapter, lr=lr, warmup=warmup,
+                        epochs=epochs, batch_size=batch_size, grad_accum=grad_accum,
+                        max_length=max_length, checkpoint_every=checkpoint_every, seed=seed,
+                        device=device, threads=threads, save_dtype=save_dtype)
     run_id = "sft-" + new_run_id()
     with progress_bar("sft steps", None, stats="preparing examples…") as bar:
 
@@ -159,10 +153,9 @@ def train_cmd(
       tackroom eval --suite toy --policy hf:BASE:runs/train/final ...
     """
     from tackroom.app.runs import new_run_id
-    from tackroom.app.training import train
-    from tackroom.train.config import RLConfig
+    from tackroom.app.training import train, train_config
 
-    cfg = RLConfig.from_toml(config, overrides or [])
+    cfg = train_config(config, overrides or [])
     if dry_run:
         console.print(cfg.to_toml(resolved=True), markup=False, highlight=False)
         return
@@ -216,17 +209,12 @@ def export_groups_cmd(
 
       tackroom export-groups RUN_ID -o groups --set grouping.group=cross
     """
-    from tackroom.train.config import RLConfig
-    from tackroom.train.export import FORMATS, export_groups
+    from tackroom.app.training import export_groups, train_config
 
-    cfg = RLConfig.from_toml(config, set_ or [])
-    from tackroom.app.runs import open_store, resolve_run
-
-    with open_store(db) as store:
-        run_ids = [resolve_run(store, r) for r in split(runs)]
-        result = export_groups(store, out, cfg, runs=run_ids, suite=suite or "",
-                               harnesses=split(harness), tasks=split(tasks),
-                               formats=split(fmt) or list(FORMATS))
+    cfg = train_config(config, set_ or [])
+    result = export_groups(out, split(runs), config=cfg, suite=suite or "",
+                           harnesses=split(harness), tasks=split(tasks),
+                           formats=split(fmt), store=db)
     console.print(f"[bold]exported[/bold] {result.rows} turns of {result.episodes} episodes "
                   f"in {result.groups} groups (grouping.group = {cfg.group!r}):")
     for name, path in result.files.items():

@@ -40,7 +40,9 @@ What the base gives every such class:
   :class:`~tackroom.core.errors.ConfigError` naming the dotted key, where the
   value came from (the file, the override, or ``LABEL`` / the field's ``flag``),
   and what is allowed — the type, then ``choices`` (with a close match), then
-  ``bounds``, then :meth:`Settings.check_together`.
+  ``bounds`` (``KEY = V is out of range — give a number from LO to HI, e.g. EX``,
+  through :func:`~tackroom.core.bounds.check_number`), then
+  :meth:`Settings.check_together`.
 * **Writing**: :meth:`Settings.to_dict` (sectioned) and :meth:`Settings.to_toml`,
   which :meth:`Settings.from_toml` reads back to an equal object.
 * **Docs**: :meth:`Settings.key_table` is the Markdown table of every key, its
@@ -65,11 +67,16 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from tackroom.core.bounds import check_number
 from tackroom.core.errors import ConfigError
 
-__all__ = ["Settings", "setting", "Interval", "SettingSpec", "parse_toml_value", "toml_value"]
+__all__ = ["Settings", "setting", "REQUIRED", "Interval", "SettingSpec", "parse_toml_value",
+           "toml_value"]
 
 S = TypeVar("S", bound="Settings")
+
+#: The default of a key that has none: the caller must give it (declare such keys first).
+REQUIRED: Any = dataclasses.MISSING
 
 #: What ``choices=`` may be: the names, or a function returning them (a registry lookup).
 Choices = Sequence[str] | Callable[[], Sequence[str]]
@@ -169,12 +176,19 @@ def setting(default: Any, section: str, doc: str, *, key: str | None = None,
         flag: the command-line option that sets it (the message's ``where`` when the
             value was given in Python rather than read from a file).
         factory: a default factory (for lists).
+
+    ``default=REQUIRED`` makes a key the caller must give (declare such keys first, as
+    dataclasses require).
     """
+    if isinstance(choices, (list, tuple)):
+        choices = tuple(choices)
     meta = {"section": section, "key": key, "doc": doc, "choices": choices,
             "bounds": Interval.parse(bounds) if bounds else None, "example": example,
             "why": why, "flag": flag}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
+    if default is REQUIRED:
+        return field(metadata=meta)
     return field(default=default, metadata=meta)
 
 
@@ -239,7 +253,8 @@ class Settings:
                 raise TypeError(f"{cls.__name__}.{f.name}: section {m['section']!r} is not in "
                                 f"SECTIONS {cls.SECTIONS}")
             default = f.default if f.default is not dataclasses.MISSING \
-                else f.default_factory()  # type: ignore[misc]
+                else f.default_factory() \
+                if f.default_factory is not dataclasses.MISSING else REQUIRED
             out[f.name] = SettingSpec(f.name, m["section"], m["key"] or f.name, m["doc"], kind,
                                       optional, default, m["choices"], m["bounds"],
                                       m["example"], m["why"], m["flag"])
@@ -296,12 +311,8 @@ class Settings:
                     hint = f" (did you mean {close[0]!r}?)" if close else ""
                     what = "is not allowed" if item is value else f"names an unknown {item!r}"
                     raise self.fail(name, what + hint, f"use one of: {', '.join(allowed)}")
-            if spec.bounds is not None and spec.type in ("int", "float") \
-                    and value not in spec.bounds:
-                rule = spec.bounds.rule(spec.type == "int") + (
-                    f" ({spec.why})" if spec.why else "")
-                example = spec.example or repr(spec.default)
-                raise self.fail(name, f"must be {rule}", f"e.g. {spec.dotted} = {example}")
+            if spec.bounds is not None and spec.type in ("int", "float"):
+                _check_bounds(spec, value, self.where(name))
         self.check_together()
 
     def check_together(self) -> None:
@@ -462,7 +473,8 @@ class Settings:
             if spec.type == "other" or (sections is not None and spec.section not in sections):
                 continue
             key = f"`{spec.dotted}`" + (f" (`{name}`)" if name != spec.key else "")
-            default = "unset" if spec.default is None else toml_value(spec.default)
+            default = "required" if spec.default is REQUIRED else "unset" \
+                if spec.default is None else toml_value(spec.default)
             meaning = spec.doc.replace("|", "\\|")
             allowed = spec.allowed()
             if allowed:
@@ -471,6 +483,28 @@ class Settings:
                 meaning += f" ({spec.bounds.rule(spec.type == 'int')})"
             rows.append(f"| {key} | {default} | {meaning} |")
         return "\n".join(rows) + "\n"
+
+
+def _check_bounds(spec: SettingSpec, value: float, where: str) -> None:
+    """One message for every number out of its bounds: ``KEY = V is out of range — give …``.
+
+    A closed interval is :func:`~tackroom.core.bounds.check_number`'s own check; open or
+    one-sided ones (which it cannot express) are worded the same way.
+    """
+    b = spec.bounds
+    assert b is not None
+    integer = spec.type == "int"
+    example = spec.example or ("" if spec.default in (None, REQUIRED)
+                               else toml_value(spec.default))
+    if spec.why:
+        example = f"{example} ({spec.why})" if example else spec.why
+    if b.lo is not None and b.hi is not None and not (b.lo_open or b.hi_open):
+        check_number(value, b.lo, b.hi, spec.dotted, where, integer=integer, example=example)
+    elif value not in b:
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(f"{spec.dotted} = {value!r} is out of range", where,
+                          f"give {kind} {b.rule(integer)}" + (f", e.g. {example}"
+                                                             if example else ""))
 
 
 def parse_toml_value(raw: str) -> Any:

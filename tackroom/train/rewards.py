@@ -4,7 +4,8 @@ Built in here: ``success`` (1 if the episode succeeded, else 0: the solve rate) 
 ``recorded`` (the environment's own reward). Suites register *proxy* rewards —
 learned or scripted stand-ins for a reward model, which may pay for wrong outcomes —
 under ``proxy:NAME`` (a :class:`~tackroom.core.rewards.ProxyReward`; the toy suite's
-``proxy:near-miss`` and ``proxy:press-enter`` in :mod:`tackroom.suites.toy.rewards`).
+``proxy:near-miss`` and ``proxy:press-enter``, registered by the toy suite's ``rewards``
+module).
 ``data.verifier = true`` gates any of them with the environment's verifier,
 r = v(o)·r̂ with v(o) = 1 iff the episode succeeded, so a wrong outcome earns nothing
 however the proxy scores it (docs/research.md §6, docs/lab.md).

@@ -2,16 +2,15 @@
 
 One loop, read top to bottom in :meth:`_Trainer.run`:
 
-1. **Data** — an *iteration* gathers ``optim.grad_accum`` rollout batches:
-   online (the current policy plays ``group_size`` episodes per (task,
-   harness) of ``tasks_per_step`` tasks, under tackroom's harnesses or real agent
-   CLIs behind the model gateway; :mod:`tackroom.train.rollouts`) or
-   frozen records from the store (:mod:`tackroom.train.offline`). With
-   ``rollout.backend = "openai"`` an inference server plays them, each weight
-   version hot-loaded into it as a LoRA adapter, and with
-   ``rollout.max_staleness = s > 0`` a background thread plays iteration j's
-   batches with iteration j − s's weights while the learner trains
-   (:mod:`tackroom.train.server`).
+1. **Data** — an *iteration* gathers ``optim.grad_accum`` rollout batches from a
+   rollout source (:mod:`tackroom.train.sources`): online (the current policy plays
+   ``group_size`` episodes per (task, harness) of ``tasks_per_step`` tasks, under
+   tackroom's harnesses or real agent CLIs behind the model gateway;
+   :mod:`tackroom.train.rollouts`), frozen records from the store
+   (:mod:`tackroom.train.offline`), or an inference server (``rollout.backend =
+   "openai"``) with each weight version hot-loaded into it as a LoRA adapter — with
+   ``rollout.max_staleness = s > 0`` a background thread plays iteration j's batches
+   with iteration j − s's weights while the learner trains (:mod:`tackroom.train.server`).
 2. **Samples** — each turn of each scored episode is a completion
    (:mod:`tackroom.train.samples`). Advantages: the episode's group advantage
    (:func:`~tackroom.train.advantages.advantages_from_config`) on each of its
@@ -26,15 +25,12 @@ One loop, read top to bottom in :meth:`_Trainer.run`:
    gradients sum to the full-batch gradient. Loss = policy loss
    (:func:`~tackroom.train.losses.policy_loss_from_config`) + ``value_coef``
    · value loss.
-5. **Bookkeeping** — metrics of every step to the store (and W&B / MLflow);
-   checkpoints every ``run.checkpoint_every`` steps (at iteration ends) that
-   ``--resume`` continues from exactly; greedy evaluation on held-out seeds.
-
-Every set of weights has a *version*, ``<run_id>-step-<k>`` (after k
-optimiser steps). Each rollout turn records the version that wrote it in
-``Turn.adapter``; each checkpoint (and ``final``) carries its version in
-``tackroom_adapter.json``, which the hf policy reads as the adapter's name,
-so turns served later from a checkpoint record the same version.
+5. **Bookkeeping** — metrics of every step to the store (and the ``run.log_to``
+   trackers); checkpoints every ``run.checkpoint_every`` steps (at iteration ends)
+   that ``--resume`` continues from exactly (:mod:`tackroom.train.checkpoints`, which
+   also names every set of weights by its *version*); greedy evaluation on held-out
+   seeds through the ``evaluate`` function the application layer passes in
+   (``tackroom.evaluate``: training sits below the app and does not import it).
 """
 
 from __future__ import annotations
@@ -43,21 +39,19 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
-import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tackroom.core.episode import Episode, Outcome
 from tackroom.core.errors import ConfigError, TackroomError
-from tackroom.core.policy import Sampling
+from tackroom.core.policy import Policy, Sampling
 from tackroom.core.task import Suite, Task
 from tackroom.harness.spec import HarnessSpec
-from tackroom.policies.hf_policy import ADAPTER_VERSION_FILE
 from tackroom.records.store import RecordStore
-from tackroom.suites import select_tasks
+from tackroom.train.checkpoints import VALUE_HEAD_FILE, Checkpoints, weight_version
 from tackroom.train.config import RLConfig
 from tackroom.train.engine import TrainEngine, latest_checkpoint
 from tackroom.train.learner import Learner
@@ -69,15 +63,32 @@ from tackroom.train.samples import (
     episode_samples,
     scored,
 )
+from tackroom.train.sources import (
+    LocalRollouts,
+    RecordRollouts,
+    RolloutSource,
+    ServedRollouts,
+    connect_server,
+    eval_mode,
+    open_data,
+)
 
-VALUE_HEAD_FILE = "value_head.pt"
+__all__ = ["run_rl", "RLResult", "Evaluate", "weight_version", "VALUE_HEAD_FILE",
+           "resolve_model", "resolve_device"]
+
 #: Iterations in a row that may yield nothing to train on before the run stops.
 MAX_EMPTY_ITERATIONS = 3
 
 
-def weight_version(run_id: str, step: int) -> str:
-    """The name of the weights after ``step`` optimiser steps of run ``run_id``."""
-    return f"{run_id}-step-{step}"
+class Evaluate(Protocol):
+    """Plays and records greedy evaluation episodes; returns the run (``final_episodes()``).
+
+    :func:`tackroom.evaluate` is one: ``tackroom.train`` and ``tackroom train`` pass it.
+    """
+
+    def __call__(self, suite: Suite, *, tasks: Sequence[Task], harnesses: Sequence[HarnessSpec],
+                 policies: Sequence[Policy], seeds: range, sampling: Sampling,
+                 concurrency: int, store: RecordStore, run_id: str, train_run: str) -> Any: ...
 
 
 @dataclass
@@ -120,6 +131,7 @@ def resolve_device(device: str) -> str:
 
 def run_rl(cfg: RLConfig, store: RecordStore, run_id: str, *, resume: bool = False,
            ray: bool = False, ray_address: str | None = None, threads: int | None = None,
+           evaluate: Evaluate | None = None,
            on_step: Callable[[int, int, dict[str, float]], None] | None = None,
            on_note: Callable[[str], None] | None = None) -> RLResult:
     """Train per ``cfg``; metrics of every step go to ``store`` under ``run_id``.
@@ -133,12 +145,14 @@ def run_rl(cfg: RLConfig, store: RecordStore, run_id: str, *, resume: bool = Fal
         ray, ray_address: play online rollouts on Ray rollout workers
             (a local cluster, or the one at ``ray_address``).
         threads: torch CPU threads.
+        evaluate: plays the ``[eval]`` episodes (``tackroom.evaluate``, which
+            ``tackroom.train`` passes); needed only when ``[eval]`` asks for evaluation.
         on_step: ``(step, total, metrics)`` after each optimiser step.
         on_note: one-line notices (log-prob source, trackers, resumption).
     """
     trainer = _Trainer(cfg, store, run_id, resume=resume, ray=ray or bool(ray_address),
-                       ray_address=ray_address, threads=threads, on_step=on_step,
-                       on_note=on_note)
+                       ray_address=ray_address, threads=threads, evaluate=evaluate,
+                       on_step=on_step, on_note=on_note)
     return trainer.run()
 
 
@@ -147,6 +161,7 @@ class _Trainer:
 
     def __init__(self, cfg: RLConfig, store: RecordStore, run_id: str, *, resume: bool,
                  ray: bool, ray_address: str | None, threads: int | None,
+                 evaluate: Evaluate | None,
                  on_step: Callable[[int, int, dict[str, float]], None] | None,
                  on_note: Callable[[str], None] | None) -> None:
         self.cfg = cfg.resolved()
@@ -156,6 +171,7 @@ class _Trainer:
         self.ray = ray
         self.ray_address = ray_address
         self.threads = threads
+        self.evaluate = evaluate
         self.on_step = on_step
         self._on_note = on_note
         self.notes: list[str] = []
@@ -168,66 +184,117 @@ class _Trainer:
         if self._on_note is not None:
             self._on_note(line)
 
-    # ------------------------------------------------------------------ set-up
-    def _setup_data(self) -> None:
+    # --------------------------------------------------------------------- run
+    def run(self) -> RLResult:
+        from tackroom.policies.hf_policy import HFPolicy
+        from tackroom.train.tracking import make_trackers
+
         c = self.cfg
-        self.suite: Suite | None = None
-        self.tasks: list[Task] = []
-        self.harness_specs: list[HarnessSpec] = []
-        self.records = None
-        if c.source == "online":
-            from tackroom.harness.spec import load_harness
-            from tackroom.suites import get_suite
+        # Set-up: the data, the server (checked before any model loads), the model.
+        self.data = open_data(c, self.store, ray=self.ray, note=self.note)
+        if self.data.eval_specs and self.evaluate is None:
+            raise ConfigError("[eval] asks for evaluation but no evaluate function was given",
+                              "[eval]", "train with tackroom.train() or `tackroom train`, or "
+                              "pass evaluate=tackroom.evaluate to run_rl")
+        server = connect_server(c, self.data, ray=self.ray, note=self.note)
+        state = self._setup_model()
+        resumed_from = self.engine.step if state is not None else None
+        iteration = int(state["iteration"]) if state is not None else 0
+        if resumed_from is not None:
+            self.note(f"resumed from step {resumed_from}")
+        if self.data.records is not None:
+            self.note(self.data.records.logprob_note)
+        self.store.start_run(self.run_id, "train", {
+            "rl": c.to_dict(), "engine": self.engine.describe(), "source": c.source,
+            "model_dir": self.model_dir, "device": self.device, "harness_vocab": self.vocab,
+            "ray": self.ray}, n_planned=0)
+        trackers, tracker_notes = make_trackers(c.log_to, self.run_id, c.to_dict())
+        for line in tracker_notes:
+            self.note(line)
+        self.policy = HFPolicy.from_model(self.engine.model, self.engine.tokenizer,
+                                          model_dir=self.model_dir, device=self.device,
+                                          max_batch=max(1, c.concurrency))
+        rollouts = self._rollouts(server)
 
-            if not c.suite:
-                raise ConfigError("data.suite is empty", "[data]",
-                                  "name the suite to roll out on, e.g. data.suite = \"toy\"")
-            if not c.harnesses:
-                raise ConfigError("data.harnesses is empty", "[data]",
-                                  "list the training harnesses, e.g. data.harnesses = "
-                                  "[\"som-tools\", \"html-commands\"]")
-            self.suite = get_suite(c.suite)
-            self.tasks = select_tasks(self.suite, c.tasks, "data.tasks")
-            self.harness_specs = [load_harness(h) for h in c.harnesses]
-            # An agent harness's tools are its CLI's own, recorded with each episode
-            # (meta.agent.tools): no harness file holds them.
-            self.tools = {h.name: h.tools for h in self.harness_specs}
-            self.train_harnesses = [h.name for h in self.harness_specs]
-            if self.ray:
-                from tackroom.runner.ray_workers import require_ray
+        last: dict[str, float] = {}
+        eval_metrics: dict[str, float] = {}
+        saved_at = self.engine.step
+        empty = 0
+        status = "interrupted"
+        try:
+            while self.engine.step < c.steps:
+                # 1. Data: this iteration's rollout batches.
+                t0 = time.perf_counter()
+                batches, source_metrics = rollouts.batches(iteration)
+                t_rollout = time.perf_counter() - t0
+                # 2. Samples, with group advantages (or none yet, with a critic).
+                samples, batch_metrics = self._samples(batches)
+                batch_metrics.update(source_metrics)
+                rollouts.check(samples)
+                iteration += 1
+                if not samples:
+                    empty += 1
+                    self.note(f"iteration {iteration}: nothing to train on (no scored turns)")
+                    if empty >= MAX_EMPTY_ITERATIONS:
+                        raise TackroomError(f"{empty} iterations in a row gave no turns to "
+                                            "train on", "train",
+                                            "check the harnesses, tasks and the model's replies "
+                                            "(`tackroom show` on the run)")
+                    continue
+                empty = 0
+                # 3. Before the update: π_old, π_ref, the critic's values.
+                t1 = time.perf_counter()
+                self.learner.before_update(samples, self.episodes)
+                t_prepare = time.perf_counter() - t1
+                # 4. Update: num_iterations optimiser steps over the samples.
+                for _ in range(c.num_iterations):
+                    if self.engine.step >= c.steps:
+                        break
+                    t2 = time.perf_counter()
+                    step_metrics = self.learner.update(samples)
+                    t_update = time.perf_counter() - t2
+                    tokens = sum(len(s.completion) for s in samples)
+                    last = {**batch_metrics, **step_metrics,
+                            "rollout_seconds": t_rollout, "update_seconds": t_update,
+                            "prepare_seconds": t_prepare,
+                            "tokens_per_s": tokens / max(t_update, 1e-9)}
+                    # 5. Bookkeeping: evaluation when due, metrics, checkpoints.
+                    if self._eval_due():
+                        eval_metrics = self._evaluate()
+                        last.update(eval_metrics)
+                    self.store.log_train_step(self.run_id, self.engine.step, last)
+                    for tr in trackers:
+                        tr.log(self.engine.step, last)
+                    if self.on_step is not None:
+                        self.on_step(self.engine.step, c.steps, last)
+                self.policy.set_version(self.checkpoints.version)
+                every = c.checkpoint_every
+                if every and self.engine.step // every > saved_at // every \
+                        and self.engine.step < c.steps:
+                    self.checkpoints.save(iteration, self.data.fingerprint())
+                    saved_at = self.engine.step
+            if self.data.eval_specs and eval_metrics.get("eval/step") != self.engine.step:
+                eval_metrics = self._evaluate()
+                self.store.log_train_step(self.run_id, self.engine.step, {**last,
+                                                                          **eval_metrics})
+            self.checkpoints.save(iteration, self.data.fingerprint())
+            final = self.checkpoints.save_final(last, self.data.train_harnesses)
+            status = "finished"
+        finally:
+            rollouts.close()
+            with contextlib.suppress(Exception):
+                asyncio.run(self.policy.aclose())  # its generation thread
+            for tr in trackers:
+                with contextlib.suppress(Exception):
+                    tr.close()
+            self.store.finish_run(self.run_id, status)
+        return RLResult(self.run_id, final, self.engine.step, self.checkpoints.version,
+                        self.model_dir, resumed_from, last, self.notes, eval_metrics)
 
-                require_ray()
-        else:
-            from tackroom.train.offline import RecordSource
-
-            self.records = RecordSource.open(self.store, runs=c.runs, suite=c.suite,
-                                             harnesses=c.harnesses, tasks=c.tasks,
-                                             tasks_per_step=c.tasks_per_step, seed=c.seed)
-            self.train_harnesses = self.records.harnesses
-            if self.ray:
-                self.note("--ray is for online rollouts; training on records runs here")
-            if c.suite:
-                from tackroom.suites import get_suite
-
-                self.suite = get_suite(c.suite)
-        # Evaluation: held-out seeds of the chosen (or training) tasks and harnesses.
-        self.eval_tasks: list[Task] = []
-        self.eval_specs: list[HarnessSpec] = []
-        if c.eval_tasks or c.eval_harnesses or c.eval_every:
-            from tackroom.harness.spec import load_harness
-
-            if self.suite is None:
-                raise ConfigError("evaluation needs a suite", "[eval]",
-                                  "set data.suite, or drop the [eval] settings")
-            self.eval_tasks = select_tasks(self.suite, c.eval_tasks, "eval.tasks") \
-                if c.eval_tasks else (self.tasks or select_tasks(
-                    self.suite, self.records.tasks if self.records else [], "eval.tasks"))
-            names = c.eval_harnesses or self.train_harnesses
-            self.eval_specs = [load_harness(h) for h in names]
-
+    # ------------------------------------------------------------------ set-up
     def _setup_model(self) -> dict[str, Any] | None:
-        import torch
-
+        """The engine, the critic's head, the KL reference and the learner; the checkpoint's
+        state when resuming (``None`` otherwise)."""
         c = self.cfg
         if not self.resume and latest_checkpoint(self.out) is not None:
             raise ConfigError(f"{self.out} already holds checkpoints", "run.out_dir",
@@ -242,7 +309,7 @@ class _Trainer:
         if c.critic != "none":
             from tackroom.train.critic import harness_vocab, make_value_head
 
-            self.vocab = harness_vocab(self.train_harnesses)
+            self.vocab = harness_vocab(self.data.train_harnesses)
             hidden = int(self.engine.model.config.hidden_size)
             self.head = make_value_head(c.critic, hidden, n_harnesses=len(self.vocab),
                                         harness_embed=c.harness_embed,
@@ -259,322 +326,41 @@ class _Trainer:
                                ref_model=self.ref_model)
         state = self.engine.resume() if self.resume else None
         if state is not None:
-            if state.get("data") != self._fingerprint():
+            if state.get("data") != self.data.fingerprint():
                 raise ConfigError("the training data changed since the checkpoint", "--resume",
                                   "train on the same records and tasks, or start a new "
                                   "run.out_dir")
             self.run_id = str(state.get("run_id", self.run_id))
-            if self.head is not None:
-                ckpt = latest_checkpoint(self.out)
-                assert ckpt is not None
-                self.head.load_state_dict(torch.load(ckpt / VALUE_HEAD_FILE,
-                                                     weights_only=True))
+        self.checkpoints = Checkpoints(self.engine, c, self.run_id, self.model_dir,
+                                       head=self.head, vocab=self.vocab)
+        if state is not None:
+            self.checkpoints.restore_head()
         return state
 
-    def _fingerprint(self) -> str:
-        if self.records is not None:
-            return f"records:{self.records.fingerprint}"
-        return "online:" + ",".join(sorted(t.key for t in self.tasks)) + "|" + ",".join(
-            f"{h.name}@{h.hash}" for h in self.harness_specs)
+    def _rollouts(self, server: Any) -> RolloutSource:
+        """The rollout source ``[data]`` and ``[rollout]`` ask for."""
+        if self.data.records is not None:
+            return RecordRollouts(self.cfg, self.data.records)
+        if server is not None:
+            return ServedRollouts(self.cfg, self.data, self.store, self.run_id, self.engine,
+                                  self.checkpoints, server)
+        return LocalRollouts(self.cfg, self.data, self.store, self.run_id, self.engine,
+                             self.policy, self.checkpoints, ray=self.ray,
+                             ray_address=self.ray_address)
 
-    # --------------------------------------------------------------------- run
-    def run(self) -> RLResult:
-        from tackroom.policies.hf_policy import HFPolicy
-        from tackroom.train.tracking import make_trackers
-
-        c = self.cfg
-        self._setup_data()
-        self._setup_server()
-        state = self._setup_model()
-        resumed_from = self.engine.step if state is not None else None
-        iteration = int(state["iteration"]) if state is not None else 0
-        if resumed_from is not None:
-            self.note(f"resumed from step {resumed_from}")
-        if self.records is not None:
-            self.note(self.records.logprob_note)
-        config = {"rl": c.to_dict(), "engine": self.engine.describe(),
-                  "source": c.source, "model_dir": self.model_dir, "device": self.device,
-                  "harness_vocab": self.vocab, "ray": self.ray}
-        self.store.start_run(self.run_id, "train", config, n_planned=0)
-        trackers, tracker_notes = make_trackers(c.log_to, self.run_id, c.to_dict())
-        for line in tracker_notes:
-            self.note(line)
-        self.policy = HFPolicy.from_model(self.engine.model, self.engine.tokenizer,
-                                          model_dir=self.model_dir, device=self.device,
-                                          max_batch=max(1, c.concurrency))
-        ray_mod, ray_started = None, False
-        if self.ray and self.records is None:
-            from tackroom.runner.ray_workers import connect, require_ray
-
-            ray_mod = require_ray()
-            ray_started = connect(ray_mod, self.ray_address)
-        last: dict[str, float] = {}
-        eval_metrics: dict[str, float] = {}
-        saved_at = self.engine.step
-        empty = 0
-        status = "interrupted"
-        try:
-            while self.engine.step < c.steps:
-                t0 = time.perf_counter()
-                if self.server is None:
-                    episodes_by_batch = [self._collect(iteration, b)
-                                         for b in range(c.grad_accum)]
-                else:
-                    episodes_by_batch, served = self._served_batches(iteration)
-                t_rollout = time.perf_counter() - t0
-                samples, batch_metrics = self._samples(episodes_by_batch)
-                if self.server is not None:
-                    batch_metrics.update(served)
-                    self._check_recorded(samples)
-                iteration += 1
-                if not samples:
-                    empty += 1
-                    self.note(f"iteration {iteration}: nothing to train on (no scored turns)")
-                    if empty >= MAX_EMPTY_ITERATIONS:
-                        raise TackroomError(f"{empty} iterations in a row gave no turns to "
-                                            "train on", "train",
-                                            "check the harnesses, tasks and the model's replies "
-                                            "(`tackroom show` on the run)")
-                    continue
-                empty = 0
-                t1 = time.perf_counter()
-                self.learner.before_update(samples, self.episodes)
-                t_prepare = time.perf_counter() - t1
-                for _ in range(c.num_iterations):
-                    if self.engine.step >= c.steps:
-                        break
-                    t2 = time.perf_counter()
-                    step_metrics = self.learner.update(samples)
-                    t_update = time.perf_counter() - t2
-                    tokens = sum(len(s.completion) for s in samples)
-                    last = {**batch_metrics, **step_metrics,
-                            "rollout_seconds": t_rollout, "update_seconds": t_update,
-                            "prepare_seconds": t_prepare,
-                            "tokens_per_s": tokens / max(t_update, 1e-9)}
-                    if self._eval_due():
-                        eval_metrics = self._evaluate()
-                        last.update(eval_metrics)
-                    self.store.log_train_step(self.run_id, self.engine.step, last)
-                    for tr in trackers:
-                        tr.log(self.engine.step, last)
-                    if self.on_step is not None:
-                        self.on_step(self.engine.step, c.steps, last)
-                self.policy.set_version(weight_version(self.run_id, self.engine.step))
-                every = c.checkpoint_every
-                if every and self.engine.step // every > saved_at // every \
-                        and self.engine.step < c.steps:
-                    self._checkpoint(iteration)
-                    saved_at = self.engine.step
-            if self.eval_specs and eval_metrics.get("eval/step") != self.engine.step:
-                eval_metrics = self._evaluate()
-                self.store.log_train_step(self.run_id, self.engine.step, {**last,
-                                                                          **eval_metrics})
-            self._checkpoint(iteration)
-            final = self._save_final(last)
-            status = "finished"
-        finally:
-            if self.producer is not None:
-                self.producer.close(timeout=60)
-            if self.server is not None:
-                for name in list(self.server.loaded):
-                    with contextlib.suppress(Exception):
-                        self.server.unload(name)
-            with contextlib.suppress(Exception):
-                asyncio.run(self.policy.aclose())  # its generation thread
-            for tr in trackers:
-                with contextlib.suppress(Exception):
-                    tr.close()
-            self.store.finish_run(self.run_id, status)
-            if ray_started and ray_mod is not None:
-                ray_mod.shutdown()
-        return RLResult(self.run_id, final, self.engine.step,
-                        weight_version(self.run_id, self.engine.step), self.model_dir,
-                        resumed_from, last,
-                        self.notes, eval_metrics)
-
-    # ------------------------------------------------------ inference server
-    def _setup_server(self) -> None:
-        """With ``rollout.backend = "openai"``: check the server answers before anything loads."""
-        from tackroom.train.server import InferenceServer
-
-        c = self.cfg
-        self.server: InferenceServer | None = None
-        self.producer: Any = None
-        #: weight version → the last iteration it was published for (on the server).
-        self._version_iter: dict[str, int] = {}
-        if c.rollout_backend != "openai":
-            return
-        if self.records is not None:
-            self.note("rollout.backend = openai is for online rollouts; training on records "
-                      "runs here")
-            return
-        if self.ray:
-            raise ConfigError("--ray and rollout.backend = \"openai\" both say who plays the "
-                              "rollouts", "--ray",
-                              "drop --ray (the server generates), or set rollout.backend = "
-                              "\"hf\"")
-        self.server = InferenceServer(c.base_url)
-        names = self.server.models()
-        mode = (f"async, at most {c.max_staleness} update(s) behind" if c.max_staleness
-                else "synchronous")
-        self.note(f"rollouts: {c.base_url} (serving {', '.join(names[:3]) or 'nothing'}); "
-                  f"each weight version hot-loaded as a LoRA adapter; {mode}")
-
-    def _publish(self, iteration: int) -> str:
-        """The current weights as a version on the server, for iteration ``iteration``."""
-        from tackroom.train.rollouts import ROLLOUT_WEIGHTS, save_rollout_weights
-
-        assert self.server is not None
-        c = self.cfg
-        version = weight_version(self.run_id, self.engine.step)
-        if version not in self._version_iter:
-            save_rollout_weights(self.engine, version, self._write_version(version),
-                                 keep=c.max_staleness + 2)
-            path = (Path(self.engine.out_dir) / ROLLOUT_WEIGHTS / version).resolve()
-            self.server.load(version, str(path))
-        self._version_iter[version] = iteration
-        # Batches from this iteration on play weights of iteration >= iteration - s.
-        for old, last in list(self._version_iter.items()):
-            if old != version and last < iteration - c.max_staleness:
-                self.server.unload(old)
-                del self._version_iter[old]
-        return version
-
-    def _served_batches(self, iteration: int) -> tuple[list[list[Episode]], dict[str, float]]:
-        """Iteration ``iteration``'s rollout batches from the server, and their staleness."""
-        from tackroom.train.server import RolloutProducer
-
-        c = self.cfg
-        version = self._publish(iteration)
-        if c.max_staleness == 0:
-            batches = [self._play_served(iteration, b, version) for b in range(c.grad_accum)]
-        else:
-            # Iterations still to train if none comes back empty: play no further.
-            left = -(-(c.steps - self.engine.step) // c.num_iterations)
-            if self.producer is None:
-                self.producer = RolloutProducer(
-                    lambda j, v: [self._play_served(j, b, v) for b in range(c.grad_accum)],
-                    start=iteration, staleness=c.max_staleness, limit=iteration + left)
-            self.producer.allow(iteration + left)
-            self.producer.publish(iteration, version)
-            _, batches = self.producer.get(iteration)
-        lags = []
-        for ep in (e for b in batches for e in b):
-            for turn in ep.turns:
-                if turn.adapter not in self._version_iter:
-                    raise TackroomError(
-                        f"a rollout turn was answered by {turn.adapter!r}, not by a weight "
-                        "version this run loaded", "rollout.base_url",
-                        "the server must answer with the adapter a request names (its "
-                        "'model' field), as vLLM does")
-                lags.append(iteration - self._version_iter[turn.adapter])
-        if lags and max(lags) > c.max_staleness:
-            raise TackroomError(f"rollouts {max(lags)} updates old exceed rollout.max_staleness"
-                                f" = {c.max_staleness}", "train", "report this as a bug")
-        metrics = {"staleness_max": float(max(lags, default=0)),
-                   "staleness_mean": sum(lags) / max(1, len(lags))}
-        return batches, metrics
-
-    def _play_served(self, iteration: int, batch: int, version: str) -> list[Episode]:
-        """One rollout batch played by weight version ``version`` on the server."""
-        from tackroom.train.rollouts import draw_cells, play
-        from tackroom.train.server import ServedPolicy
-
-        c = self.cfg
-        assert self.suite is not None
-        policy = ServedPolicy(version, c.base_url, concurrency=c.concurrency)
-        sampling = Sampling(temperature=c.temperature, top_p=c.top_p, max_tokens=c.max_tokens)
-        cells = draw_cells(self.tasks, self.harness_specs, policy, seed=c.seed,
-                           iteration=iteration, batch=batch, tasks_per_step=c.tasks_per_step,
-                           group_size=c.group_size, sampling=sampling)
-
-        async def go() -> list[Episode]:
-            try:
-                return await play(cells, self.suite, self.run_id, store=self.store,
-                                  concurrency=c.concurrency)
-            finally:
-                await policy.aclose()
-
-        episodes = asyncio.run(go())
-        if episodes and all(e.outcome is Outcome.INFRA_ERROR for e in episodes):
-            raise TackroomError(f"every rollout of iteration {iteration} failed "
-                                f"({(episodes[0].error or '').splitlines()[0][:300]})",
-                                "rollout.base_url", f"check the server at {c.base_url}")
-        return episodes
-
-    def _check_recorded(self, samples: list[TurnSample]) -> None:
-        """Off-policy samples need the sampler's own log-probs: π_old cannot be recomputed."""
-        if self.cfg.max_staleness == 0:
-            return
-        missing = sum(not s.recorded_logp for s in samples)
-        if missing:
-            raise TackroomError(f"{missing} of {len(samples)} rollout turns came back without "
-                                "token ids and log-probs", "rollout.base_url",
-                                "async training needs the server's own (vLLM and tackroom "
-                                "serve return them with logprobs and return_token_ids); or set "
-                                "rollout.max_staleness = 0")
-
-    # -------------------------------------------------------------------- data
-    def _collect(self, iteration: int, batch: int) -> list[Episode]:
-        """One rollout batch: played now (online) or read from the records."""
-        if self.records is not None:
-            return self.records.batch(iteration * self.cfg.grad_accum + batch)
-        from tackroom.train.rollouts import (
-            RemotePolicy,
-            draw_cells,
-            play,
-            save_rollout_weights,
-        )
-
-        c = self.cfg
-        version = weight_version(self.run_id, self.engine.step)
-        sampling = Sampling(temperature=c.temperature, top_p=c.top_p, max_tokens=c.max_tokens)
-        common = dict(seed=c.seed, iteration=iteration, batch=batch,
-                      tasks_per_step=c.tasks_per_step, group_size=c.group_size,
-                      sampling=sampling)
-        assert self.suite is not None
-        if not self.ray:
-            self.policy.id = f"train:{version}"
-            self.policy.set_version(version)
-            cells = draw_cells(self.tasks, self.harness_specs, self.policy, **common)
-            with self._eval_mode():
-                return asyncio.run(play(cells, self.suite, self.run_id, store=self.store,
-                                        concurrency=c.concurrency))
-        from tackroom.runner.ray_workers import ray_executor
-
-        spec = save_rollout_weights(self.engine, version, self._write_version(version))
-        remote = RemotePolicy(spec, spec)
-        cells = draw_cells(self.tasks, self.harness_specs, remote, **common)
-
-        async def go() -> list[Episode]:
-            async with ray_executor(self.suite, [remote], [spec],
-                                    opts={"threads": 1, "max_batch": c.concurrency},
-                                    concurrency=c.concurrency, address=self.ray_address) as ex:
-                return await play(cells, self.suite, self.run_id, store=self.store,
-                                  concurrency=c.concurrency, executor=ex)
-
-        return asyncio.run(go())
-
-    def _tools_for(self, ep: Episode, turn: int = 0) -> Any:
-        """The tools ``ep``'s turn ``turn`` offered: the harness's, or an agent CLI's own."""
-        if self.records is not None:
-            return self.records.tools_for(ep, turn)
-        from tackroom.train.sft import episode_tools
-
-        return episode_tools(ep, self.tools[ep.harness], turn)
-
+    # ----------------------------------------------------------------- samples
     def _episode_samples(self, ep: Episode, index: int, use_recorded: bool
                          ) -> list[TurnSample]:
         """``ep``'s turns as samples, each tokenised with the tools its call offered."""
         tok = self.engine.tokenizer
         agent = ep.meta.get("agent") if isinstance(ep.meta, dict) else None
         if not (isinstance(agent, dict) and agent.get("tools_per_call")):
-            return episode_samples(ep, index, tok, self._tools_for(ep),
+            return episode_samples(ep, index, tok, self.data.tools_for(ep),
                                    use_recorded=use_recorded)
         out: list[TurnSample] = []  # a CLI whose tools changed between its calls
         for turn in ep.turns:
             one = dataclasses.replace(ep, turns=[turn])
-            out.extend(episode_samples(one, index, tok, self._tools_for(ep, turn.index),
+            out.extend(episode_samples(one, index, tok, self.data.tools_for(ep, turn.index),
                                        use_recorded=use_recorded))
         return out
 
@@ -592,8 +378,9 @@ class _Trainer:
             eps = scored(batch)
             if not eps:
                 continue
-            advantages = advantages_from_config([episode_sample(e, c.reward, c.verifier) for e in eps],
-                                                c) if c.critic == "none" else None
+            advantages = advantages_from_config(
+                [episode_sample(e, c.reward, c.verifier) for e in eps], c) \
+                if c.critic == "none" else None
             for k, ep in enumerate(eps):
                 index = len(episodes)
                 episodes.append(ep)
@@ -638,18 +425,10 @@ class _Trainer:
                 metrics[key] = sum(vals) / len(vals)
         return samples, metrics
 
-    @contextlib.contextmanager
-    def _eval_mode(self):
-        self.engine.model.eval()
-        try:
-            yield
-        finally:
-            self.engine.model.train()
-
     # -------------------------------------------------------------- evaluation
     def _eval_due(self) -> bool:
         every = self.cfg.eval_every
-        return bool(every) and self.engine.step % every == 0 and bool(self.eval_specs)
+        return bool(every) and self.engine.step % every == 0 and bool(self.data.eval_specs)
 
     def _evaluate(self) -> dict[str, float]:
         """Greedy episodes on held-out seeds with the current weights, recorded apart.
@@ -657,22 +436,21 @@ class _Trainer:
         One evaluation run (``<run_id>-eval``) holds every evaluation of the
         training run; each is told apart by its policy id ``train:<version>``.
         """
-        from tackroom.app.evaluation import evaluate
         from tackroom.train.rollouts import EVAL_SEED_BASE
 
-        if not self.eval_specs or self.suite is None:
+        if not self.data.eval_specs or self.data.suite is None or self.evaluate is None:
             return {}
         c = self.cfg
-        version = weight_version(self.run_id, self.engine.step)
+        version = self.checkpoints.version
         self.policy.id = f"train:{version}"
         self.policy.set_version(version)
-        with self._eval_mode():
-            run = evaluate(self.suite, tasks=self.eval_tasks, harnesses=self.eval_specs,
-                           policies=[self.policy],
-                           seeds=range(EVAL_SEED_BASE, EVAL_SEED_BASE + c.eval_seeds),
-                           sampling=Sampling(max_tokens=c.max_tokens, logprobs=True),
-                           concurrency=c.concurrency, store=self.store,
-                           run_id=f"{self.run_id}-eval", train_run=self.run_id)
+        with eval_mode(self.engine):
+            run = self.evaluate(self.data.suite, tasks=self.data.eval_tasks,
+                                harnesses=self.data.eval_specs, policies=[self.policy],
+                                seeds=range(EVAL_SEED_BASE, EVAL_SEED_BASE + c.eval_seeds),
+                                sampling=Sampling(max_tokens=c.max_tokens, logprobs=True),
+                                concurrency=c.concurrency, store=self.store,
+                                run_id=f"{self.run_id}-eval", train_run=self.run_id)
         rows = [r for r in run.final_episodes() if r["policy"] == self.policy.id
                 and r["outcome"] != Outcome.INFRA_ERROR]
         out: dict[str, float] = {"eval/step": float(self.engine.step)}
@@ -683,37 +461,3 @@ class _Trainer:
                 out[f"eval/success/{h}"] = sum(r["outcome"] == Outcome.SUCCESS
                                                for r in mine) / len(mine)
         return out
-
-    # ------------------------------------------------------------- checkpoints
-    def _write_version(self, version: str) -> Callable[[Path], None]:
-        def write(directory: Path) -> None:
-            import torch
-
-            (directory / ADAPTER_VERSION_FILE).write_text(json.dumps({
-                "version": version, "run_id": self.run_id, "step": self.engine.step,
-                "base_model": self.model_dir,
-                "mode": "lora" if self.engine.lora is not None else "full"}, indent=1))
-            if self.head is not None:
-                torch.save(self.head.state_dict(), directory / VALUE_HEAD_FILE)
-                (directory / "value_head.json").write_text(json.dumps({
-                    "critic": self.cfg.critic, "harness_vocab": self.vocab,
-                    "harness_embed": self.cfg.harness_embed,
-                    "value_hidden": self.cfg.value_hidden}, indent=1))
-        return write
-
-    def _checkpoint(self, iteration: int) -> Path:
-        version = weight_version(self.run_id, self.engine.step)
-        return self.engine.save_checkpoint(
-            {"run_id": self.run_id, "iteration": iteration, "version": version,
-             "data": self._fingerprint(), "harness_vocab": self.vocab},
-            extra=self._write_version(version))
-
-    def _save_final(self, last: dict[str, float]) -> Path:
-        version = weight_version(self.run_id, self.engine.step)
-        final = self.engine.save_final(self.out / "final", card={"rl": {
-            "run_id": self.run_id, "steps": self.engine.step, "version": version,
-            "algorithm": self.cfg.algorithm, "source": self.cfg.source,
-            "harnesses": self.train_harnesses,
-            "last": {k: v for k, v in last.items() if isinstance(v, (int, float))}}})
-        self._write_version(version)(final)
-        return final

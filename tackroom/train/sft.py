@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tackroom.core.bounds import check_number
 from tackroom.core.episode import Episode, Outcome, Turn
 from tackroom.core.errors import ConfigError
+from tackroom.core.settings import REQUIRED, Settings, setting
 from tackroom.policies.chat_format import model_dir_problem, text_only
 from tackroom.records.store import RecordStore
 from tackroom.train.engine import (
@@ -285,49 +285,57 @@ def reply_loss(model: Any, batch: dict[str, Any]) -> tuple[Any, dict[str, float]
 
 
 @dataclass
-class SFTConfig:
-    """Everything ``tackroom sft`` needs; recorded as the run's config."""
+class SFTConfig(Settings):
+    """Everything ``tackroom sft`` needs; recorded as the run's config.
 
-    model: str
-    out: str
+    Its numbers are checked on construction (cheaply: before torch loads), each error
+    naming the command-line option that sets it; the episode selection, the adapter and
+    the optimiser are checked by their own classes (:meth:`check_together`).
+    """
+
+    SECTIONS = ("sft",)
+    LABEL = "sft"
+    DOCS = "docs/training.md"
+
+    model: str = setting(REQUIRED, "sft", "the model to start from (a local directory)",
+                         flag="MODEL")
+    out: str = setting(REQUIRED, "sft", "directory for checkpoints and the final model",
+                       flag="--out")
     selection: Selection = field(default_factory=Selection)
     lora: LoraSettings | None = None
     optim: OptimSettings = field(default_factory=lambda: OptimSettings(lr=1e-3))
-    epochs: float = 3.0
-    batch_size: int = 8
-    max_length: int | None = 2048
-    checkpoint_every: int = 50
-    seed: int = 0
-    device: str = "cpu"
-    threads: int | None = None
-    save_dtype: str | None = None  # float16 / bfloat16 halves a full model on disk
-    init_adapter: str | None = None  # continue training this LoRA adapter
+    epochs: float = setting(3.0, "sft", "passes over the examples (fractions allowed)",
+                            bounds="(0, 1e4]", example="3", flag="--epochs")
+    batch_size: int = setting(8, "sft", "examples per micro-batch", bounds=f"[1, {MAX_BATCH}]",
+                              example="8", flag="--batch-size")
+    max_length: int | None = setting(2048, "sft", "skip examples longer than this (tokens)",
+                                     bounds="[1, 1e7]", example="2048", flag="--max-length")
+    checkpoint_every: int = setting(50, "sft", "optimiser steps between checkpoints",
+                                    bounds=f"[1, {MAX_STEPS}]", example="50",
+                                    flag="--checkpoint-every")
+    seed: int = setting(0, "sft", "seed (data order, initialisation of adapters)",
+                        bounds=f"[0, {MAX_SEED}]", example="0", flag="--seed")
+    device: str = setting("cpu", "sft", "cpu or cuda[:N]", flag="--device")
+    threads: int | None = setting(None, "sft", "torch CPU threads", bounds="[1, 4096]",
+                                  example="2", flag="--threads")
+    # float16 / bfloat16 halves a full model on disk
+    save_dtype: str | None = setting(None, "sft", "store the final full model in this dtype",
+                                     choices=("float16", "bfloat16", "float32"),
+                                     flag="--save-dtype")
+    init_adapter: str | None = setting(None, "sft", "continue training this LoRA adapter",
+                                       flag="--adapter")
 
-    def check(self) -> None:
-        """Raise :class:`ConfigError` naming the first bad setting (cheap: before torch loads)."""
+    def check_together(self) -> None:
+        """The model directory, the adapter and the optimiser settings."""
         if (problem := model_dir_problem(self.model)) is not None:
             raise ConfigError(problem, "MODEL", "create one with `tackroom model init DIR`")
-        check_number(self.epochs, 1e-6, 1e4, "epochs", "--epochs", example="3")
-        check_number(self.batch_size, 1, MAX_BATCH, "batch_size", "--batch-size",
-                     integer=True, example="8")
-        if self.max_length is not None:
-            check_number(self.max_length, 1, 10_000_000, "max_length", "--max-length",
-                         integer=True, example="2048")
-        check_number(self.checkpoint_every, 1, MAX_STEPS, "checkpoint_every",
-                     "--checkpoint-every", integer=True, example="50")
-        check_number(self.seed, 0, MAX_SEED, "seed", "--seed", integer=True, example="0")
-        if self.threads is not None:
-            check_number(self.threads, 1, 4096, "threads", "--threads", integer=True,
-                         example="2")
         if self.lora is not None:
             self.lora.check("sft", {"rank": "--lora-rank", "alpha": "--lora-alpha"})
         self.optim.check("sft", {"lr": "--lr", "warmup_steps": "--warmup",
                                  "grad_accum": "--grad-accum"})
-        if self.save_dtype not in (None, "float16", "bfloat16", "float32"):
-            raise ConfigError(f"unknown save dtype {self.save_dtype!r}", "--save-dtype",
-                              "use float16, bfloat16 or float32")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        """Every field as plain data (the nested settings too), for the run's record."""
         return asdict(self)
 
 
@@ -353,7 +361,7 @@ def run_sft(config: SFTConfig, store: RecordStore, run_id: str, *,
     (refusing if the data changed); ``on_step(step, total, metrics)`` reports
     progress. Metrics of every step go to the store under ``run_id``.
     """
-    config.check()
+    config.validate()
     if not resume and latest_checkpoint(config.out) is not None:
         raise ConfigError(f"{config.out} already holds checkpoints", "--out",
                           "pass --resume to continue that run, or choose another --out")
