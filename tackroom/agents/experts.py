@@ -174,10 +174,12 @@ def make_agent_expert(actions: Sequence[Action], fmt: str, submit: str = "",
 def shell_tool(tools: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
     """The tool that runs a shell command (a ``command`` string parameter), and values for its
     other required parameters (OpenHands' ``security_risk``: the lowest it offers)."""
-    found = []
+    found: list[tuple[str, dict[str, Any]]] = []
     for t in tools:
         fn = t.get("function") if isinstance(t, dict) else None
-        params = (fn or {}).get("parameters") or {}
+        if not isinstance(fn, dict):
+            continue
+        params = fn.get("parameters") or {}
         props = params.get("properties") if isinstance(params, dict) else None
         if not (isinstance(props, dict) and isinstance(props.get("command"), dict)):
             continue
@@ -191,7 +193,8 @@ def shell_tool(tools: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]] | 
         found.append((str(fn.get("name", "")), extra))
     words = ("bash", "shell", "terminal", "exec")
     preferred = [f for f in found if any(w in f[0].lower() for w in words)]
-    return (preferred or found or [None])[0]
+    chosen = preferred or found
+    return chosen[0] if chosen else None
 
 
 def _placeholder(schema: dict[str, Any]) -> Any:
