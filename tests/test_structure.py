@@ -243,7 +243,7 @@ def test_only_the_cli_imports_the_cli():
 #: share: the Suite table, Chrome, the reaper). README.md's "Layout" states the same order.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),                                          # the nouns, errors, cache, registry
-    ("harness", "images", "agents", "suites", "testing"),  # what an episode is made of
+    ("harness", "images", "agents", "suites", "testing", "wire"),  # episode parts; HTTP rules
     ("policies", "records", "sandbox"),                 # who acts; where it is kept; the box
     ("serve",),                                         # a policy behind HTTP
     ("gateway",),                                       # the recording model gateway
