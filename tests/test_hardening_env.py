@@ -7,6 +7,9 @@ an ``extends`` chain thousands deep, a verifier whose test runner is missing.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -58,6 +61,29 @@ def test_special_files_an_agent_leaves_do_not_make_an_infra_error(tmp_path):
     assert final["fifo-fails"]["outcome"] == "failure", final["fifo-fails"]["error"]
     for row in final.values():
         assert "Traceback" not in (row["error"] or "")
+
+
+@needs_sandbox
+def test_special_files_in_a_code_repository_neither_hang_nor_fail_the_episode():
+    """The code suite reads the repository after every command (to show its files) and copies
+    it for the hidden tests: a FIFO there once blocked the read forever. Run in a child
+    process with a bound, so that a regression fails instead of hanging the suite."""
+    code = textwrap.dedent("""
+        from tackroom.core.actions import Shell, Submit
+        from tackroom.suites import get_suite
+        suite = get_suite("code")
+        env = suite.make_env(suite.code_task("memo-kwargs").task)
+        env.reset(0)
+        env.step(Shell("mkfifo pipe; python3 -c \\"import socket; "
+                       "socket.socket(socket.AF_UNIX).bind('sock')\\""))
+        end = env.step(Submit())
+        print("outcome", end.terminated, end.info.get("failure_mode"))
+        env.close()
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "outcome True" in proc.stdout and "Traceback" not in proc.stderr
 
 
 # -- 5. a reward that is not a finite number is never scored -----------------------------------

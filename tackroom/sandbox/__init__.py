@@ -35,7 +35,7 @@ from tackroom.sandbox.contract import (
     Sandbox,
     SandboxUnavailable,
 )
-from tackroom.sandbox.process import OUTPUT_CAP, copy_tree, kill, limit_in_output
+from tackroom.sandbox.process import OUTPUT_CAP, copy_tree, kill, limit_in_output, special_files
 
 #: The provider used when none is named.
 DEFAULT = BUBBLEWRAP.name
@@ -57,4 +57,4 @@ def providers() -> list[str]:
 __all__ = ["DEFAULT", "OUTPUT_CAP", "SANDBOX_PATH", "TASK_PATH", "BubblewrapSandbox",
            "CommandResult", "Container", "Limits", "Provider", "Sandbox", "SandboxUnavailable",
            "copy_tree", "kill", "limit_in_output", "provider", "providers", "require_sandbox",
-           "run_agent", "sandbox_available"]
+           "run_agent", "sandbox_available", "special_files"]

@@ -96,10 +96,12 @@ def copy_tree(src: Path | str, dst: Path | str) -> None:
     (``mkfifo``, a server's Unix socket), they hold no content to keep, and copying one
     would block or fail — a task's outcome must not turn on them (see docs/security.md).
     """
-    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=_special_files)
+    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=special_files)
 
 
-def _special_files(folder: str, names: list[str]) -> set[str]:
+def special_files(folder: str, names: list[str]) -> set[str]:
+    """Of ``names`` in ``folder``, those that are not regular files, directories or
+    symlinks (a ``shutil.copytree`` ``ignore``)."""
     skip = set()
     for name in names:
         try:

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tackroom.sandbox import BubblewrapSandbox, Limits
+from tackroom.sandbox import BubblewrapSandbox, Limits, special_files
 from tackroom.suites.code.tasks import CodeTask
 
 HIDDEN_DIR = ".tackroom_hidden"
@@ -90,8 +90,9 @@ def run_hidden_tests(task: CodeTask, repo: Path | dict[str, str], *, unsafe_loca
                 (root / rel).parent.mkdir(parents=True, exist_ok=True)
                 (root / rel).write_text(text)
         else:
-            shutil.copytree(repo, root, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", HIDDEN_DIR))
+            skip = shutil.ignore_patterns("__pycache__", HIDDEN_DIR)
+            shutil.copytree(repo, root, symlinks=True,  # a FIFO the agent left is no source
+                            ignore=lambda d, names: skip(d, names) | special_files(d, names))
         hidden = root / HIDDEN_DIR
         hidden.mkdir()
         for name, text in task.tests.items():

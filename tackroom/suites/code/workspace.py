@@ -10,6 +10,7 @@ sees the same directory at ``/task``. Every error is an
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,9 +111,13 @@ class Workspace:
             dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
             for name in sorted(files):
                 host = Path(dirpath) / name
-                if name.endswith(".pyc") or host.is_symlink():
+                if name.endswith(".pyc"):
                     continue
                 try:
+                    # Regular files only: a symlink may point anywhere, and opening a FIFO a
+                    # command left would block (docs/security.md).
+                    if not stat.S_ISREG(host.lstat().st_mode):
+                        continue
                     rel = host.relative_to(self.root).as_posix()
                     rel.encode()  # a name that is not UTF-8 could not be shown or recorded
                     if host.stat().st_size > MAX_FILE_BYTES:
