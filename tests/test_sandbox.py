@@ -282,3 +282,58 @@ def test_missing_bwrap_cli_is_one_line_and_unsafe_local_runs(tmp_path):
                          timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "100%" in res.stdout
+
+
+# -- the contract and its providers --------------------------------------------------------
+def test_both_providers_are_registered_and_one_function_chooses(tmp_path):
+    from tackroom.core.errors import ConfigError
+    from tackroom.core.registry import names
+    from tackroom.sandbox import DEFAULT, Sandbox, provider
+    from tackroom.sandbox.docker import DockerSandbox
+
+    assert names("sandbox") == ["bubblewrap", "docker"] and DEFAULT == "bubblewrap"
+    assert not provider().runs_images and provider("docker").runs_images
+    assert provider().unavailable() is None
+    with pytest.raises(ConfigError) as e:
+        provider("dokcer")
+    assert "--sandbox" in e.value.line() and "did you mean docker" in e.value.line()
+    # Both providers' sandboxes meet the contract (Docker's checked on the class: no daemon).
+    with BubblewrapSandbox(tmp_path) as box:
+        assert isinstance(box, Sandbox)
+    for name in ("run", "popen", "path", "copy_in", "copy_out", "close", "task_path"):
+        assert hasattr(DockerSandbox, name), name
+    out = subprocess.run([sys.executable, "-m", "tackroom.cli", "eval", "--suite", "terminal",
+                          "--sandbox", "dokcer", "--seeds", "0", "--db",
+                          str(tmp_path / "r.duckdb")], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "did you mean docker" in out.stderr
+
+
+def test_copy_in_and_out_keep_files_and_leave_special_files_behind(tmp_path):
+    work, src, back = tmp_path / "work", tmp_path / "src", tmp_path / "back"
+    for d in (work, src, back):
+        d.mkdir()
+    (src / "a.txt").write_text("hello")
+    with BubblewrapSandbox(work, binds={"/out": back}) as box:
+        box.copy_in(src, "/task/in")
+        res = box.run("cat in/a.txt && mkfifo in/pipe && ln -s a.txt in/link && "
+                      "mkdir -p /out/sub && echo x > /out/sub/b.txt")
+        assert res.exit_code == 0 and res.stdout == "hello", res.output()
+        box.copy_out("/task/in", tmp_path / "copied")
+    copied = tmp_path / "copied"
+    assert (copied / "a.txt").read_text() == "hello" and (copied / "link").is_symlink()
+    assert not (copied / "pipe").exists() and not (work / "in" / "pipe").exists()
+    assert (back / "sub" / "b.txt").read_text() == "x\n"
+
+
+def test_images_never_import_the_sandbox():
+    """The sandbox runs what images builds: the dependency points one way."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "tackroom" / "images"
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(m.startswith("tackroom.sandbox") for m in mods), path

@@ -396,8 +396,12 @@ class BubblewrapSandbox(ProcessSandbox):
                              str(self.workdir))
 
     def copy_in(self, host: Path, inside: str) -> None:
-        """Copy ``host`` into the sandbox at ``inside`` (a directory under the task's)."""
-        copy_tree(host, self._host_path(inside))
+        """Copy ``host`` into the sandbox at ``inside`` (a directory under the task's or a
+        bind's), owned by the sandbox's uid so that its commands can change it."""
+        target = self._host_path(inside)
+        copy_tree(host, target)
+        if self.uid != os.getuid():
+            _chown_tree(target, self.uid)
 
     def copy_out(self, inside: str, host: Path) -> None:
         """Copy the sandbox's ``inside`` (the task directory or a bind) to ``host``."""
