@@ -208,7 +208,8 @@ def test_a_suite_may_be_any_importable_module_factory(tmp_path, monkeypatch):
 
     db = str(tmp_path / "r.duckdb")
     p = run_cli("eval", "--suite", "my_suites:small", "--policy", "expert", "--tasks",
-                "click-button", "--seeds", "0", "--db", db, cwd=tmp_path,
+                "click-button", "--harness", "som-tools", "--seeds", "0", "--db", db,
+                cwd=tmp_path,
                 env_extra={"PYTHONPATH": os.pathsep.join(
                     p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)})
     assert p.returncode == 0, p.stdout + p.stderr
