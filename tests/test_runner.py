@@ -140,7 +140,7 @@ def test_slow_policy_times_out_on_the_wall_budget(tmp_path):
     h = harness(tmp_path, "som-tools", "budget.wall_seconds = 0.2\n")
 
     async def slow(req):
-        await asyncio.sleep(5)
+        await asyncio.Event().wait()  # never answers: only the wall budget can end the turn
 
     ep = one("click-button", h, Scripted(slow))
     assert ep.outcome is Outcome.TIMEOUT and "wall-clock" in ep.error
