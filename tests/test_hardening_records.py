@@ -11,6 +11,7 @@ server, a full disk. Each through the CLI or the public API with the real compon
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -253,3 +254,30 @@ def test_report_onto_a_full_disk_names_it_and_leaves_no_temporary_file(tiny_fs, 
     assert str(target) in out
     left = sorted(p.name for p in tiny_fs.iterdir() if not p.name.startswith("filler-"))
     assert left == [], left
+
+
+def test_a_commit_on_a_full_disk_is_one_line_naming_it(tiny_fs):
+    from tackroom.core.episode import Episode, Outcome, Turn
+    from tackroom.core.errors import RecordStoreError
+
+    def episode(i: int) -> Episode:
+        return Episode(episode_id=f"e{i}", run_id="r", task="toy/t", suite="toy", harness="h",
+                       harness_hash="x", policy="expert", seed=i, outcome=Outcome.SUCCESS,
+                       turns=[Turn(index=0, raw_text="y" * 4000)])
+
+    store = RecordStore(tiny_fs / "runs.duckdb", commit_interval=0)
+    try:
+        store.start_run("r", "test", {}, n_planned=1000)
+        store.append(episode(0))
+        _fill(tiny_fs)
+        with pytest.raises(RecordStoreError) as info:
+            for i in range(1, 1000):  # the WAL's last free pages go first
+                store.append(episode(i))
+        line = info.value.line()
+        assert "no space left on device" in line and "rollback" not in line, line
+        assert str(tiny_fs) in line and "--resume" in line
+    finally:
+        for f in tiny_fs.glob("filler-*"):
+            f.unlink()
+        with contextlib.suppress(RecordStoreError):
+            store.close()

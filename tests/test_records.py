@@ -351,19 +351,21 @@ def test_background_commit_without_flush(db: Path) -> None:
 
 
 def test_failed_background_commit_is_reported(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_insert = RecordStore._insert
+    from tackroom.records import writer
+
+    real_insert = writer.insert
 
     def broken(con: duckdb.DuckDBPyConnection, replace: bool) -> None:
         raise duckdb.IOException("disk full")
 
     with RecordStore(db, commit_interval=0.01) as store:
-        monkeypatch.setattr(RecordStore, "_insert", staticmethod(broken))
+        monkeypatch.setattr(writer, "insert", broken)
         store.append(make_episode(1))
         deadline = time.monotonic() + 5
-        while store._flush_error is None:  # the background commit fails
+        while store.writer.error is None:  # the background commit fails
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        monkeypatch.setattr(RecordStore, "_insert", staticmethod(real_insert))
+        monkeypatch.setattr(writer, "insert", real_insert)
         later = make_episode(2)
         with pytest.raises(RecordStoreError, match="disk full"):
             store.append(later)  # reported once, on the next call ...

@@ -4,7 +4,7 @@ The store is the spine that every later stage reads (training, analysis,
 reports, exports). The file is at :data:`DEFAULT_PATH`
 (``./tackroom-runs/tackroom.duckdb``) unless a path is given; the command
 line and other callers take theirs from :func:`default_db`, which honours
-``$TACKROOM_DB``. Schema version 5 has five tables — ``meta``, ``runs``,
+``$TACKROOM_DB``. Schema version 7 has five tables — ``meta``, ``runs``,
 ``episodes``, ``turns`` and ``train_steps`` — whose columns are described
 in :mod:`tackroom.records.schema`; a store with an older schema version is
 migrated when opened for writing, a newer one is refused. Times are Unix
@@ -21,14 +21,16 @@ record.
 
 Writes are *group-committed*, the only batching in front of DuckDB: every
 writer calls :meth:`RecordStore.append`, which queues the episode and
-returns; a background flusher commits the queue at most ``commit_interval``
-seconds later (sooner when ``max_pending`` wait, or on :meth:`~RecordStore.flush`),
-in one transaction, since one commit costs a disk sync (~10-20 ms). An
+returns; the store's writer (:mod:`tackroom.records.writer`) commits the queue at
+most ``commit_interval`` seconds later (sooner when ``max_pending`` wait, or on
+:meth:`~RecordStore.flush`), in one transaction, since one commit costs a disk sync
+(~10-20 ms). An
 episode and its turns always land in the same transaction, so a crash (even
 ``SIGKILL``) leaves each episode whole or absent, and loses at most the last
 ``commit_interval`` seconds of episodes, which ``--resume`` re-runs.
 ``commit_interval=0`` commits before ``append`` returns. Reads flush the
 queue first (:meth:`~RecordStore.load_episodes` reads committed records).
+A write that fails because the disk is full says so, in one line.
 
 Secrets never reach the file: every text and JSON value is scrubbed on the
 way in (:mod:`tackroom.core.secrets`).
@@ -41,6 +43,7 @@ reading resolves the references again (:mod:`tackroom.records.blobs`).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import socket
@@ -60,7 +63,6 @@ from tackroom.core.secrets import REDACTED, scrub
 from tackroom.records.blobs import BlobStore, blob_dir
 from tackroom.records.paths import DEFAULT_PATH, default_db
 from tackroom.records.rows import (
-    arrow_table,
     episode_from_row,
     episode_row,
     fetch_dicts,
@@ -75,13 +77,12 @@ from tackroom.records.rows import (
 )
 from tackroom.records.schema import (
     EPISODE_FIELDS,
-    EPISODE_SCHEMA,
     RUN_STATUSES,
     SCHEMA_VERSION,
     TURN_FIELDS,
-    TURN_SCHEMA,
     ensure_schema,
 )
+from tackroom.records.writer import EpisodeWriter, write_error, writing
 
 # The names after ``RecordStore`` live in their own modules; they are
 # re-exported here for callers that import them from the store.
@@ -103,8 +104,6 @@ def _close_open_stores() -> None:
 
 
 _HOST = socket.gethostname()
-#: Seconds between heartbeats written with a run's episodes.
-HEARTBEAT_S = 5.0
 #: A run on another host whose heartbeat is older than this is taken as interrupted.
 STALE_AFTER_S = 24 * 3600.0
 
@@ -169,22 +168,11 @@ class RecordStore:
         #: Images of the stored messages, one file each beside the store
         #: (:mod:`tackroom.records.blobs`).
         self.blobs = BlobStore(blob_dir(self.path))
-        self.commit_interval = max(0.0, float(commit_interval))
-        #: Most episodes queued before a commit is forced.
-        self.max_pending = 512
-        self._flusher_idle_s = 10.0
-        # Two locks, always taken in this order: ``_db_lock`` serialises use of
-        # the DuckDB connection; ``_cond`` guards the queue, so that ``append``
-        # never waits for a commit in progress.
+        # Serialises use of the DuckDB connection; the writer's queue has its own lock,
+        # always taken after this one, so that ``append`` never waits for a commit.
         self._db_lock = threading.RLock()
-        self._cond = threading.Condition(threading.Lock())
-        # Queued episodes by ``(run_id, episode_id)``, the tables' key.
-        self._pending: dict[tuple[str, str], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
-        self._pending_since = 0.0
-        self._flush_error: BaseException | None = None
-        self._last_beat = 0.0
-        self._flusher: threading.Thread | None = None
-        self._closing = False
+        #: The queue of appended episodes and the thread that commits it.
+        self.writer = EpisodeWriter(self.path, self._db, self._db_lock, commit_interval)
         self._con: duckdb.DuckDBPyConnection | None = None
         self._con = self._connect()
         try:
@@ -246,20 +234,19 @@ class RecordStore:
         return f"RecordStore({str(self.path)!r})"
 
     @property
+    def commit_interval(self) -> float:
+        """Seconds an appended episode may wait to be committed with later ones."""
+        return self.writer.commit_interval
+
+    @property
     def closed(self) -> bool:
         """Whether :meth:`close` has been called (or is under way)."""
-        return self._closing or self._con is None
+        return self.writer.closing or self._con is None
 
     def close(self) -> None:
         """Commit what is queued and close the file. Safe to call twice."""
-        with self._cond:
-            if self._closing:
-                return
-            self._closing = True
-            self._cond.notify_all()
-            flusher = self._flusher
-        if flusher is not None and flusher is not threading.current_thread():
-            flusher.join()
+        if not self.writer.stop():
+            return
         with self._db_lock:
             if self._con is None:
                 return
@@ -272,8 +259,11 @@ class RecordStore:
 
     def flush(self) -> None:
         """Commit every queued episode now."""
-        with self._db_lock:
-            self._flush_locked()
+        self.writer.flush()
+
+    def _flush_locked(self) -> None:
+        """Commit the queue. Caller holds ``_db_lock``."""
+        self.writer.flush_locked()
 
     # -- runs --------------------------------------------------------------
 
@@ -287,7 +277,7 @@ class RecordStore:
         """
         self._writable()
         now = time.time()
-        with self._db_lock:
+        with self._db_lock, writing(self.path, f"run {run_id}"):
             con = self._db()
             exists = one(con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]))
             host, pid = _HOST, os.getpid()
@@ -313,9 +303,10 @@ class RecordStore:
         now = time.time()
         with self._db_lock:
             self._flush_locked()
-            self._db().execute(
-                "UPDATE runs SET status = ?, updated_at = ?, finished_at = ? WHERE run_id = ?",
-                [status, now, now if status != "running" else None, run_id])
+            with writing(self.path, f"the end of run {run_id}"):
+                self._db().execute(
+                    "UPDATE runs SET status = ?, updated_at = ?, finished_at = ? WHERE run_id = ?",
+                    [status, now, now if status != "running" else None, run_id])
 
     # -- training metrics ---------------------------------------------------
 
@@ -325,7 +316,7 @@ class RecordStore:
         A resumed run that repeats a step replaces that step's row.
         """
         self._writable()
-        with self._db_lock:
+        with self._db_lock, writing(self.path, f"step {step} of run {run_id}"):
             self._db().execute(
                 "INSERT OR REPLACE INTO train_steps VALUES (?, ?, ?, ?)",
                 [run_id, int(step), scrubbed_json(dict(metrics)), time.time()])
@@ -413,24 +404,7 @@ class RecordStore:
         # Convert (and so validate) here, in the caller's thread, so that bad
         # data fails this call rather than a later background commit.
         rows = [(episode_row(ep, now), turn_rows(ep, self.blobs)) for ep in episodes]
-        with self._cond:
-            if self._closing:
-                self._db()  # raises: closed
-            if not self._pending:
-                self._pending_since = time.monotonic()
-            for ep_row, turns in rows:
-                key = (ep_row["run_id"], ep_row["episode_id"])
-                self._pending.pop(key, None)  # the newest write wins
-                self._pending[key] = (ep_row, turns)
-            now_please = self.commit_interval <= 0 or len(self._pending) >= self.max_pending
-            if not now_please:
-                self._start_flusher()
-                self._cond.notify_all()
-                # A failed background commit is reported here (these episodes
-                # stay queued); appending them again is harmless.
-                self._raise_flush_error()
-        if now_please:
-            self.flush()
+        self.writer.queue(rows)
 
     def delete_episodes(self, episode_ids: Iterable[str], run_id: str | None = None) -> int:
         """Delete episodes (and their turns) by full id; returns how many records existed.
@@ -456,8 +430,12 @@ class RecordStore:
                 con.execute(f"DELETE FROM turns WHERE {where}", params)
                 con.execute(f"DELETE FROM episodes WHERE {where}", params)
                 con.commit()
-            except BaseException:
-                con.rollback()
+            except BaseException as exc:
+                with contextlib.suppress(duckdb.Error):
+                    con.rollback()  # never hides the failure that caused it
+                if isinstance(exc, duckdb.Error):
+                    raise write_error(exc, self.path, f"the deletion of {len(ids)} "
+                                      "episode(s)") from exc
                 raise
         return int(n)
 
@@ -465,60 +443,6 @@ class RecordStore:
         if self.read_only:
             raise RecordStoreError("record store was opened read-only", str(self.path),
                                    "open it without read_only to write")
-
-    def _start_flusher(self) -> None:
-        # Caller holds ``_cond``.
-        if self._flusher is None or not self._flusher.is_alive():
-            self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
-                                             name=f"tackroom-records-{self.path.name}")
-            self._flusher.start()
-
-    def _flush_loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closing:
-                    if not self._pending:
-                        # Idle: exit after a while, so that a store nobody closed can
-                        # still be garbage-collected; the next append starts a new one.
-                        if not self._cond.wait(self._flusher_idle_s) and not self._pending:
-                            self._flusher = None
-                            return
-                        continue
-                    wait = self._pending_since + self.commit_interval - time.monotonic()
-                    if wait <= 0:
-                        break
-                    self._cond.wait(wait)
-                if self._closing:
-                    return  # close() commits the rest
-            try:
-                self.flush()
-            except BaseException as exc:  # noqa: BLE001 - surfaced by the next call
-                with self._cond:
-                    self._flush_error = exc
-
-    def _raise_flush_error(self) -> None:
-        # Caller holds ``_cond``.
-        if self._flush_error is not None:
-            exc, self._flush_error = self._flush_error, None
-            if isinstance(exc, RecordStoreError):
-                raise exc
-            raise RecordStoreError(f"writing episodes failed: {exc}", str(self.path),
-                                   "the episodes queued then were not recorded; re-run "
-                                   "with --resume") from exc
-
-    def _flush_locked(self) -> None:
-        """Commit the queue in one transaction. Caller holds ``_db_lock``."""
-        with self._cond:
-            earlier, self._flush_error = self._flush_error, None
-            batch = list(self._pending.values())
-            self._pending = {}
-        try:
-            self._write(batch)
-        finally:
-            if earlier is not None:  # a background commit failed: report it now
-                with self._cond:
-                    self._flush_error = earlier
-                    self._raise_flush_error()
 
     def append_tables(self, episodes: pa.Table, turns: pa.Table) -> None:
         """Record the episodes of prepared tables now, in one transaction.
@@ -531,62 +455,7 @@ class RecordStore:
         self._writable()
         with self._db_lock:
             self._flush_locked()
-            self._write_tables(episodes, turns)
-
-    def _write(self, batch: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> None:
-        if not batch:
-            return
-        self._write_tables(arrow_table([e for e, _ in batch], EPISODE_SCHEMA),
-                           arrow_table([t for _, ts in batch for t in ts], TURN_SCHEMA))
-
-    def _write_tables(self, episodes: pa.Table, turns: pa.Table) -> None:
-        batch = episodes.num_rows
-        if not batch:
-            return
-        con = self._db()
-        con.register("_tackroom_new_episodes", episodes)
-        con.register("_tackroom_new_turns", turns)
-        try:
-            try:
-                self._insert(con, replace=False)
-            except duckdb.ConstraintException:
-                # Some ids exist already: replace them (delete + insert, one transaction).
-                self._insert(con, replace=True)
-            self._beat(con, episodes)
-        except duckdb.Error as exc:
-            raise RecordStoreError(f"writing {batch} episode(s) failed: {exc}",
-                                   str(self.path),
-                                   "those episodes were not recorded; re-run with --resume"
-                                   ) from exc
-        finally:
-            con.unregister("_tackroom_new_episodes")
-            con.unregister("_tackroom_new_turns")
-
-    def _beat(self, con: duckdb.DuckDBPyConnection, episodes: pa.Table) -> None:
-        """Note that this process is alive and writing the runs of ``episodes`` (at most
-        every few seconds)."""
-        now = time.time()
-        if now - self._last_beat < HEARTBEAT_S:
-            return
-        self._last_beat = now
-        run_ids = set(episodes.column("run_id").to_pylist())
-        con.execute("UPDATE runs SET heartbeat_at = ? WHERE status = 'running' AND "
-                    f"run_id IN ({', '.join('?' * len(run_ids))})", [now, *sorted(run_ids)])
-
-    @staticmethod
-    def _insert(con: duckdb.DuckDBPyConnection, replace: bool) -> None:
-        con.begin()
-        try:
-            if replace:
-                for table in ("turns", "episodes"):
-                    con.execute(f"DELETE FROM {table} o USING _tackroom_new_episodes n "
-                                "WHERE o.run_id = n.run_id AND o.episode_id = n.episode_id")
-            con.execute("INSERT INTO episodes BY NAME SELECT * FROM _tackroom_new_episodes")
-            con.execute("INSERT INTO turns BY NAME SELECT * FROM _tackroom_new_turns")
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
+            self.writer.write_tables(episodes, turns)
 
     # -- reading -----------------------------------------------------------
 

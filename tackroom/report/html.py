@@ -36,7 +36,9 @@ but the report's own (pinned by its SHA-256).
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as _dt
+import errno
 import hashlib
 import json
 from collections import defaultdict
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.episode import Outcome
+from tackroom.core.errors import ConfigError
 from tackroom.report import plots
 from tackroom.report.assets import CSS, JS
 from tackroom.report.browser import MAX_IMAGE_BYTES, browser_data
@@ -786,16 +789,36 @@ def render_html(view: ReportView, store: Any, out_path: str | Path, *,
     reads the turns of at most ``max_episodes_in_browser`` episodes from it (a
     spread over every policy, harness, task and outcome; all episodes are
     listed and every number uses all of them). The file is written whole and
-    then moved into place.
+    then moved into place; on any failure the temporary file is removed, and a
+    full disk is a :class:`~tackroom.core.errors.ConfigError` that says so.
     """
     index, turns = browser_data(store, view, max(0, max_episodes_in_browser))
     page = _page(view.data, index, turns)
     out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)  # never a half-written page left behind
+        raise _write_error(exc, out) from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     return out
+
+
+def _write_error(exc: OSError, out: Path) -> ConfigError:
+    """One line for a report that could not be written: a full disk named as such."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ConfigError("no space left on device: the report was not written", str(out),
+                           f"free space on the file system of {out.parent}, or pass --out "
+                           "on another one")
+    return ConfigError(f"cannot write the report ({exc.strerror or exc})", str(out),
+                       "pass a writable path with --out")
 
 
 def build_report(store: Any, run_ids: Sequence[str], out_path: str | Path, *,
