@@ -425,7 +425,7 @@ class EditBlockParser(OutputParser):
     def _section(lines: list[str], start: int, end_marker: re.Pattern[str], path: str,
                  expected: str) -> tuple[list[str], int]:
         """Lines from ``start`` up to the ``end_marker`` line, and that line's index."""
-        out = []
+        out: list[str] = []
         for j in range(start, len(lines)):
             if end_marker.match(lines[j]):
                 return out, j

@@ -141,7 +141,7 @@ def init_model(
     if vocab_size < 512:
         raise ConfigError(f"vocab_size {vocab_size} is too small", "model init",
                           "use at least 512 (256 bytes + merges + special tokens)")
-    dims = dict(SIZES[size])
+    dims: dict[str, Any] = dict(SIZES[size])
     for key, value in (("hidden_size", hidden_size), ("num_hidden_layers", layers),
                        ("num_attention_heads", heads), ("num_key_value_heads", kv_heads),
                        ("intermediate_size", intermediate_size)):

@@ -60,7 +60,7 @@ lists here and add the step to :data:`MIGRATIONS`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import duckdb
 import pyarrow as pa
@@ -292,7 +292,7 @@ _MIGRATE_BATCH = 256
 #: ``MIGRATIONS[v]`` turns a version-``v`` store into a version-``v+1`` one:
 #: SQL statements, or functions of the connection for what SQL cannot say.
 #: The steps run in one transaction with the ``meta`` update.
-MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], None]]] = {
+MIGRATIONS: dict[int, Sequence[str | Callable[[duckdb.DuckDBPyConnection], None]]] = {
     1: _V1_TO_V2, 2: _V2_TO_V3, 3: _V3_TO_V4, 4: [_turns_as_deltas],
     5: ["ALTER TABLE turns ADD COLUMN delegation JSON"],
     6: ["ALTER TABLE turns ADD COLUMN notes JSON"]}

@@ -491,7 +491,8 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     start = math.floor(lo / step) * step
-    ticks, t = [], start
+    ticks: list[float] = []
+    t = start
     while t <= hi + step * 0.5 and len(ticks) < 50:
         ticks.append(round(t, 10))
         t += step
@@ -544,7 +545,7 @@ def scatter(points: Sequence[Point], *, title: str = "", x_label: str = "", y_la
     if title:
         out.append(_text(0, 16, title, weight="600", size=13))
     if legend:
-        lx = left
+        lx: float = left
         for label, col in legend:
             out.append(f'<circle cx="{lx + 5:.1f}" cy="{top - 14:.1f}" r="4.5" fill="{col}"/>')
             out.append(_text(lx + 14, top - 10, label, size=11))

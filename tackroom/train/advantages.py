@@ -216,7 +216,7 @@ class GroupKeyExpr:
                                                                else +v)
         if isinstance(node, ast.BoolOp):
             want = isinstance(node.op, ast.Or)  # `or` stops at the first truthy value
-            v: Any = None
+            v = None
             for e in node.values:
                 v = ev(e, env)
                 if bool(v) == want:

@@ -56,7 +56,8 @@ class Selection:
 
     def episodes(self, store: RecordStore) -> list[dict[str, Any]]:
         """Episode rows (id, run, task, harness, hash) that match, in a stable order."""
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         for column, values in (("harness", self.harnesses), ("outcome", self.outcomes),
                                ("run_id", self.runs), ("policy", self.policies)):
             if values:

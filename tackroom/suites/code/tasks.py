@@ -150,31 +150,31 @@ def load_task(path: Path) -> CodeTask:
             raise ConfigError(f"{key!r} must be a non-empty string", where)
     fixed, tests = load_package(raw["package"])
     fixes = []
-    for i, e in enumerate(raw.get("fix", [])):
-        if set(e) != {"path", "old", "new"} or not all(isinstance(v, str) for v in e.values()):
+    for i, spec in enumerate(raw.get("fix", [])):
+        if set(spec) != {"path", "old", "new"} or not all(isinstance(v, str) for v in spec.values()):
             raise ConfigError(f"[[fix]] #{i + 1} needs string path, old and new", where)
         for key in ("old", "new"):
-            if e[key] and not e[key].endswith("\n"):
+            if spec[key] and not spec[key].endswith("\n"):
                 raise ConfigError(f"[[fix]] #{i + 1}: {key} must be whole lines (end with a "
                                   "newline)", where)
-        fixes.append(FixEdit(e["path"], e["old"], e["new"]))
+        fixes.append(FixEdit(spec["path"], spec["old"], spec["new"]))
     if not fixes:
         raise ConfigError("no [[fix]] edits", where, "add the reference fix")
     files = dict(fixed)
-    for i, e in reversed(list(enumerate(fixes))):
-        text = files.get(e.path)
-        if text is None or text.count(e.new) != 1:
-            raise ConfigError(f"[[fix]] #{i + 1}: 'new' must occur exactly once in {e.path} of "
+    for i, edit in reversed(list(enumerate(fixes))):
+        text = files.get(edit.path)
+        if text is None or text.count(edit.new) != 1:
+            raise ConfigError(f"[[fix]] #{i + 1}: 'new' must occur exactly once in {edit.path} of "
                               f"package {raw['package']!r}", where)
-        files[e.path] = text.replace(e.new, e.old)
+        files[edit.path] = text.replace(edit.new, edit.old)
     check = dict(files)
-    for i, e in enumerate(fixes):
-        text = check[e.path]
-        at = text.find(e.old)
-        if text.count(e.old) != 1 or (at > 0 and text[at - 1] != "\n"):
+    for i, edit in enumerate(fixes):
+        text = check[edit.path]
+        at = text.find(edit.old)
+        if text.count(edit.old) != 1 or (at > 0 and text[at - 1] != "\n"):
             raise ConfigError(f"[[fix]] #{i + 1}: 'old' must be whole lines occurring exactly "
-                              f"once in the task's {e.path}", where)
-        check[e.path] = text.replace(e.old, e.new)
+                              f"once in the task's {edit.path}", where)
+        check[edit.path] = text.replace(edit.old, edit.new)
     if check != fixed:
         raise ConfigError("the fix does not turn the task's repository back into the package",
                           where, "check the order of the [[fix]] edits")
