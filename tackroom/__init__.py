@@ -22,34 +22,44 @@ from tackroom.core.version import __version__
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time see __getattr__
     from tackroom.app import (
+        HarnessDiff,
         Report,
         Run,
         RunPlan,
+        diff_harnesses,
         evaluate,
         evaluate_sealed,
+        export_run,
+        import_tasks,
+        list_runs,
+        list_tasks,
         plan,
+        read_episode,
+        read_run,
         report,
         resume,
         seal,
         sft,
         train,
     )
+    from tackroom.app.delegation import bench_delegation, fit_delegation
     from tackroom.app.optimization import audit, optimize
     from tackroom.app.selfhpo import self_hpo
     from tackroom.core.policy import Sampling
-    from tackroom.delegation.bench import bench_delegation
-    from tackroom.delegation.fit import fit_delegation
 
-_API = ("Report", "Run", "RunPlan", "evaluate", "evaluate_sealed", "plan", "report", "resume",
-        "seal", "sft", "train")
+_API = ("HarnessDiff", "Report", "Run", "RunPlan", "diff_harnesses", "evaluate",
+        "evaluate_sealed", "export_run", "import_tasks", "list_runs", "list_tasks", "plan",
+        "read_episode", "read_run", "report", "resume", "seal", "sft", "train")
 #: Name → the module it comes from.
 _LAZY = {**{name: "tackroom.app" for name in _API}, "Sampling": "tackroom.core.policy",
          "optimize": "tackroom.app.optimization", "audit": "tackroom.app.optimization",
-         "self_hpo": "tackroom.app.selfhpo", "fit_delegation": "tackroom.delegation.fit",
-         "bench_delegation": "tackroom.delegation.bench"}
+         "self_hpo": "tackroom.app.selfhpo", "fit_delegation": "tackroom.app.delegation",
+         "bench_delegation": "tackroom.app.delegation"}
 
-__all__ = ["Report", "Run", "RunPlan", "Sampling", "__version__", "audit", "bench_delegation",
-           "evaluate", "evaluate_sealed", "fit_delegation", "optimize", "plan", "report", "resume", "seal", "self_hpo", "sft",
+__all__ = ["HarnessDiff", "Report", "Run", "RunPlan", "Sampling", "__version__", "audit",
+           "bench_delegation", "diff_harnesses", "evaluate", "evaluate_sealed", "export_run",
+           "fit_delegation", "import_tasks", "list_runs", "list_tasks", "read_episode",
+           "read_run", "optimize", "plan", "report", "resume", "seal", "self_hpo", "sft",
            "train"]
 
 
@@ -62,15 +72,16 @@ def __getattr__(name: str) -> Any:
 
 
 class _Facade(types.ModuleType):
-    """The package module: ``tackroom.report`` and ``tackroom.train`` stay the API functions.
+    """The package module: ``tackroom.report``, ``tackroom.train`` and ``tackroom.optimize``
+    stay the API functions.
 
-    Importing the subpackage ``tackroom.report`` (or ``tackroom.train``) would bind
-    it as an attribute of this package, hiding the function of the same name; the
-    subpackages stay importable by their full names (``from tackroom.report.view import …``).
+    Importing the subpackage ``tackroom.report`` (``tackroom.train``, ``tackroom.optimize``)
+    would bind it as an attribute of this package, hiding the function of the same name;
+    the subpackages stay importable by their full names (``from tackroom.report.view import …``).
     """
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _API and isinstance(value, types.ModuleType):
+        if name in _LAZY and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)
 

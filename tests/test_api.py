@@ -29,7 +29,7 @@ def test_evaluate_returns_a_run_that_reads_its_episodes_back(tmp_path):
     assert len(seen) == len(run.episodes()) == 3 * 2 * 3
     assert {(s.harness, s.policy, s.n, s.successes) for s in run.summary()} == {
         ("som-tools", "expert", 9, 9), ("html-commands", "expert", 9, 9)}
-    again = tackroom.Run.open("latest", db=db)
+    again = tackroom.Run.open("latest", store=db)
     assert again.id == run.id and again.config == run.config
     cfg = again.config
     assert cfg.suite == "toy" and cfg.tasks == TOY_TASKS and cfg.seeds == [0, 1, 2]

@@ -8,6 +8,13 @@ trainer's evaluations all use. Re-exported from :mod:`tackroom` (``tackroom.eval
 ``seal``                write a sealed manifest: every cell fixed and hashed
 ``evaluate_sealed``     run every cell of a manifest
 ``report``              the HTML report and terminal tables of some runs
+``list_runs``           the newest recorded runs, with their counts
+``read_run``            a run's episode rows
+``read_episode``        one recorded episode with its turns
+``export_run``          a run's episodes as JSONL, Parquet or ATIF files
+``diff_harnesses``      the slots in which two harnesses differ
+``list_tasks``          a suite's tasks
+``import_tasks``        import Harbor / Terminal-Bench task directories
 ``sft``                 supervised fine-tuning on recorded episodes
 ``train``               policy-gradient RL across harnesses
 ``Run``                 a recorded run, read back from the store
@@ -22,13 +29,20 @@ from tackroom.app.evaluation import (
     execute,
     parse_seeds,
     plan,
+    plan_resume,
+    plan_sealed,
     resume,
 )
+from tackroom.app.harnesses import HarnessDiff, SlotDiff, diff_harnesses
+from tackroom.app.records import Export, RunEpisodes, export_run, list_runs, read_episode, read_run
 from tackroom.app.reporting import Report, report
 from tackroom.app.runs import Run, new_run_id, resolve_run
-from tackroom.app.sealing import seal
+from tackroom.app.sealing import inexpressible_pairs, seal
+from tackroom.app.tasks import TaskImport, import_tasks, list_tasks
 from tackroom.app.training import sft, train
 
-__all__ = ["Report", "Run", "RunPlan", "RunStart", "evaluate", "evaluate_sealed", "execute",
-           "new_run_id", "parse_seeds", "plan", "report", "resolve_run", "resume", "seal", "sft",
-           "train"]
+__all__ = ["Export", "HarnessDiff", "Report", "Run", "RunEpisodes", "RunPlan", "RunStart",
+           "SlotDiff", "TaskImport", "diff_harnesses", "evaluate", "evaluate_sealed", "execute",
+           "export_run", "import_tasks", "inexpressible_pairs", "list_runs", "list_tasks",
+           "new_run_id", "parse_seeds", "plan", "plan_resume", "plan_sealed", "read_episode",
+           "read_run", "report", "resolve_run", "resume", "seal", "sft", "train"]

@@ -34,9 +34,9 @@ from tackroom.core.errors import ConfigError
 from tackroom.core.policy import Policy, Sampling
 from tackroom.core.run import RunConfig
 from tackroom.core.task import Suite, Task
-from tackroom.delegation.runtime import load_decision_model
 from tackroom.harness.spec import HarnessSpec, load_harness
 from tackroom.policies import make_policy
+from tackroom.policies.delegation.runtime import load_decision_model
 from tackroom.records import RecordStore
 from tackroom.runner.grid import GridPlan, plan_grid, resume_attempts, run_cells
 from tackroom.runner.sealed import Manifest, sealed_config
@@ -75,6 +75,17 @@ class RunPlan:
         return (f"{self.n_episodes} episodes ({len(self.tasks)} tasks × {len(self.harnesses)} "
                 f"harnesses × {len(self.policies)} policies × {len(self.config.seeds)} seeds)")
 
+    def close(self) -> None:
+        """Close the policies built for this plan, for a plan that is not executed (a dry
+        run); :func:`execute` closes them itself."""
+        run_sync(lambda: close_policies(self.owned))
+
+    def __enter__(self) -> RunPlan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 @dataclass
 class RunStart:
@@ -93,13 +104,15 @@ def plan(suite: str | Suite = "toy", *, tasks: Sequence[str | Task] | None = Non
          sampling: Sampling | None = None, concurrency: int = 0, base_url: str | None = None,
          timeout: float = 60.0, suite_options: Mapping[str, Any] | None = None,
          policy_options: Mapping[str, Any] | None = None,
-         db: RecordStore | str | Path | None = None, train_run: str | None = None,
+         store: RecordStore | str | Path | None = None, train_run: str | None = None,
          manifest: Manifest | None = None, max_episodes: int | None = None) -> RunPlan:
     """Plan a run without recording anything (``tackroom eval --dry-run`` prints this).
 
-    Arguments as :func:`evaluate`. Policies given as specs are built here, once. Every
-    number is checked first (:func:`check_sampling`, :func:`check_run_options`, seeds), and
-    the grid's size before any policy is built.
+    Arguments as :func:`evaluate` (``store`` is only read, by ``replay:`` policies). Policies
+    given as specs are built here, once; ``RunPlan.close()`` (or ``with plan(...) as p:``)
+    closes them when the plan is not executed. Every number is checked first
+    (:func:`check_sampling`, :func:`check_run_options`, seeds), and the grid's size before
+    any policy is built.
     """
     check_run_options(concurrency, timeout)
     sampling = check_sampling(sampling or Sampling())
@@ -133,7 +146,8 @@ def plan(suite: str | Suite = "toy", *, tasks: Sequence[str | Task] | None = Non
                              **dict(policy_options or {})}
     if base_url:
         popts["base_url"] = base_url
-    db_path = str(db.path) if isinstance(db, RecordStore) else (str(db) if db else None)
+    db_path = str(store.path) if isinstance(store, RecordStore) else \
+        (str(store) if store else None)
     # Last, once everything cheap has been checked: building a policy may load a model.
     built: list[Policy] = []
     owned: list[Policy] = []
@@ -309,7 +323,7 @@ def evaluate(suite: str | Suite = "toy", *, tasks: Sequence[str | Task] | None =
     """
     p = plan(suite, tasks=tasks, harnesses=harnesses, policies=policies, seeds=seeds,
              sampling=sampling, concurrency=concurrency, base_url=base_url, timeout=timeout,
-             suite_options=suite_options, policy_options=policy_options, db=store,
+             suite_options=suite_options, policy_options=policy_options, store=store,
              train_run=train_run, max_episodes=max_episodes)
     return execute(p, store=store, run_id=run_id, executor=executor, ray_address=ray_address,
                    on_episode=on_episode, on_start=on_start, on_note=on_note)
@@ -321,6 +335,7 @@ def evaluate_sealed(manifest: Manifest | str | Path, *, concurrency: int = 0,
                     policy_options: Mapping[str, Any] | None = None,
                     store: RecordStore | str | Path | None = None, run_id: str | None = None,
                     executor: str = "local", ray_address: str | None = None,
+                    max_episodes: int | None = None,
                     on_episode: Callable[[Episode], None] | None = None,
                     on_start: Callable[[RunStart], None] | None = None,
                     on_note: Callable[[str], None] | None = None) -> Run:
@@ -330,38 +345,50 @@ def evaluate_sealed(manifest: Manifest | str | Path, *, concurrency: int = 0,
     was sealed with; the run records the manifest and its hash, and the report
     shows every cell. Other arguments as :func:`evaluate`.
     """
-    m = manifest if isinstance(manifest, Manifest) else Manifest.load(manifest)
-    p = plan_sealed(m, concurrency=concurrency, base_url=base_url, timeout=timeout,
-                    suite_options=suite_options, policy_options=policy_options, db=store)
+    p = plan_sealed(manifest, concurrency=concurrency, base_url=base_url, timeout=timeout,
+                    suite_options=suite_options, policy_options=policy_options, store=store,
+                    max_episodes=max_episodes)
     return execute(p, store=store, run_id=run_id, executor=executor, ray_address=ray_address,
                    on_episode=on_episode, on_start=on_start, on_note=on_note)
 
 
-def plan_sealed(manifest: Manifest, **kwargs: Any) -> RunPlan:
-    """The plan of a sealed manifest: its suite, tasks, harnesses, policies, seeds, sampling."""
+def plan_sealed(manifest: Manifest | str | Path, **kwargs: Any) -> RunPlan:
+    """The plan of a sealed manifest (or its file): its suite, tasks, harnesses, policies,
+    seeds, sampling; other arguments as :func:`plan` (``tackroom eval --sealed F --dry-run``)."""
+    if not isinstance(manifest, Manifest):
+        manifest = Manifest.load(manifest)
     return plan(manifest.suite, tasks=list(manifest.tasks), policies=list(manifest.policies),
                 seeds=list(manifest.seeds), sampling=Sampling(**manifest.sampling),
                 manifest=manifest, **kwargs)
 
 
-def plan_resume(run_id: str, store: RecordStore, *, concurrency: int = 0,
-                base_url: str | None = None, sealed: Manifest | None = None,
+def plan_resume(run_id: str = "latest", store: RecordStore | str | Path | None = None, *,
+                concurrency: int = 0, base_url: str | None = None,
+                sealed: Manifest | str | Path | None = None,
                 max_episodes: int | None = None) -> RunPlan:
-    """The plan of recorded run ``run_id`` as it was configured, for :func:`resume`.
+    """The plan of recorded run ``run_id`` (or ``latest``) as it was configured, for
+    :func:`resume` (``tackroom eval --resume RUN --dry-run`` prints it).
 
     Raises:
         ConfigError: no such run; a harness changed since the run; ``sealed``
             given for a run not sealed with it; a recorded manifest that does not
             match its hash.
     """
-    info = store.run(run_id)
-    if info is None:
-        raise ConfigError(f"no run {run_id!r}", str(store.path), "list runs with `tackroom runs`")
+    given = sealed if sealed is None or isinstance(sealed, Manifest) else Manifest.load(sealed)
+    with open_store(store) as st:
+        rid = resolve_run(st, run_id)
+        return _plan_recorded(rid, st, concurrency, base_url, given, max_episodes)
+
+
+def _plan_recorded(run_id: str, store: RecordStore, concurrency: int, base_url: str | None,
+                   sealed: Manifest | None, max_episodes: int | None) -> RunPlan:
+    info = store.run(run_id) or {}
     cfg = RunConfig.from_dict(info.get("config"))
     manifest = _recorded_manifest(run_id, info.get("manifest_hash"), cfg, sealed)
-    common = dict(concurrency=concurrency or cfg.concurrency,
-                  base_url=base_url or cfg.base_url, timeout=cfg.timeout,
-                  suite_options=cfg.suite_options, db=store, max_episodes=max_episodes)
+    common: dict[str, Any] = dict(
+        concurrency=concurrency or cfg.concurrency, base_url=base_url or cfg.base_url,
+        timeout=cfg.timeout, suite_options=cfg.suite_options, store=store,
+        max_episodes=max_episodes)
     if manifest is not None:
         p = plan_sealed(manifest, **common)
     else:
@@ -396,7 +423,7 @@ def _recorded_manifest(run_id: str, recorded: str | None, cfg: RunConfig,
 def resume(run_id: str = "latest", *, store: RecordStore | str | Path | None = None,
            concurrency: int = 0, base_url: str | None = None,
            sealed: Manifest | str | Path | None = None, executor: str = "local",
-           ray_address: str | None = None,
+           ray_address: str | None = None, max_episodes: int | None = None,
            on_episode: Callable[[Episode], None] | None = None,
            on_start: Callable[[RunStart], None] | None = None,
            on_note: Callable[[str], None] | None = None) -> Run:
@@ -407,10 +434,10 @@ def resume(run_id: str = "latest", *, store: RecordStore | str | Path | None = N
     run resumes against its recorded manifest. ``concurrency`` and ``base_url``
     may differ from the first time. Other arguments as :func:`evaluate`.
     """
-    given = sealed if sealed is None or isinstance(sealed, Manifest) else Manifest.load(sealed)
     with open_store(store) as st:
         rid = resolve_run(st, run_id)
-        p = plan_resume(rid, st, concurrency=concurrency, base_url=base_url, sealed=given)
+        p = plan_resume(rid, st, concurrency=concurrency, base_url=base_url, sealed=sealed,
+                        max_episodes=max_episodes)
         return execute(p, store=st, run_id=rid, resume=True, executor=executor,
                        ray_address=ray_address, on_episode=on_episode, on_start=on_start,
                        on_note=on_note)

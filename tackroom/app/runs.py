@@ -74,11 +74,11 @@ class Run:
     _store: RecordStore | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def open(cls, run_id: str = "latest", db: RecordStore | str | Path | None = None) -> Run:
-        """The run called ``run_id`` (or ``latest``) in the store at ``db``."""
-        with open_store(db) as store:
-            rid = resolve_run(store, run_id)
-            return cls.from_record(store.run(rid) or {}, store)
+    def open(cls, run_id: str = "latest", store: RecordStore | str | Path | None = None) -> Run:
+        """The run called ``run_id`` (or ``latest``) in ``store`` (a store or its path)."""
+        with open_store(store) as st:
+            rid = resolve_run(st, run_id)
+            return cls.from_record(st.run(rid) or {}, st)
 
     @classmethod
     def from_record(cls, info: dict[str, Any], store: RecordStore) -> Run:

@@ -62,3 +62,16 @@ def seal(out: str | Path | None = None, *, suite: str = "toy", tasks: Sequence[s
             raise ConfigError(f"cannot write the manifest ({e.strerror or e})", str(target),
                               "pass a writable file path with --out") from None
     return manifest
+
+
+def inexpressible_pairs(manifest: Manifest) -> list[tuple[str, str]]:
+    """The (task, harness) pairs of ``manifest`` whose harness cannot express the task
+    (its action interface lacks a capability the task requires): reported as such by
+    :func:`tackroom.evaluate_sealed`, never run, never failures."""
+    the_suite = get_suite(manifest.suite)
+    specs = manifest.load_harnesses()
+    return [(tid, h.name) for tid in manifest.tasks for h in specs
+            if not h.can_express(the_suite.task(tid).requires)]
+
+
+__all__ = ["inexpressible_pairs", "seal"]

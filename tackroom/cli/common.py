@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import (
@@ -60,10 +60,11 @@ class Bar:
         self._last_logged = -1
 
     def update(self, completed: int, total: int | None = None, stats: str | None = None) -> None:
-        fields = {"stats": printable(stats)} if stats is not None else {}
-        self.progress.update(self.task, completed=completed,
-                             **({"total": total} if total is not None else {}), **fields)
-        total = total or self.progress.tasks[self.task].total
+        fields: dict[str, Any] = {"stats": printable(stats)} if stats is not None else {}
+        if total is not None:
+            fields["total"] = total
+        self.progress.update(self.task, completed=completed, **fields)
+        total = total or self.progress.tasks[self.task].total  # type: ignore[assignment]
         if not console.is_terminal and total:
             # Logs and CI have no live bar: a line every 5% instead.
             bucket = completed * 20 // int(total)

@@ -1,8 +1,14 @@
-"""``tackroom eval`` and ``tackroom seal``: argument parsing and printing over :mod:`tackroom.app`."""
+"""``tackroom eval`` and ``tackroom seal``: argument parsing and printing over :mod:`tackroom.app`.
+
+``eval`` calls one of :func:`tackroom.evaluate`, :func:`tackroom.resume`,
+:func:`tackroom.evaluate_sealed` (or, with ``--dry-run``, the matching ``plan``
+function) and prints what it is told through their callbacks.
+"""
 
 from __future__ import annotations
 
-import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,8 +17,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from tackroom.app import evaluation
-from tackroom.app.runs import Run, new_run_id, open_store, resolve_run
-from tackroom.app.sealing import seal
+from tackroom.app.evaluation import RunPlan, RunStart
+from tackroom.app.runs import Run
+from tackroom.app.sealing import inexpressible_pairs, seal
 from tackroom.cli.common import (
     DEFAULT_DB,
     DbOpt,
@@ -28,7 +35,6 @@ from tackroom.core.errors import ConfigError, TackroomError
 from tackroom.core.policy import Sampling
 from tackroom.core.registry import choices
 from tackroom.policies import policy_forms
-from tackroom.suites import get_suite
 
 _SUITE_HELP = f"Suite: {choices('suite')}, or module:factory (see `tackroom list suite`)."
 _POLICY_HELP = " | ".join(policy_forms()) + " (comma-separated)."
@@ -98,45 +104,46 @@ def eval_cmd(
 
       tackroom eval --sealed manifest.json --ray
     """
-    from tackroom.runner.sealed import Manifest
     from tackroom.sandbox import DEFAULT as DEFAULT_SANDBOX
 
-    manifest = None
     if sealed:
         _refuse_cell_options(ctx)
-        manifest = Manifest.load(sealed)
     suite_options: dict[str, object] = {"unsafe_local": True} if unsafe_local else {}
     if sandbox != DEFAULT_SANDBOX:  # only suites that run sandboxes take the option
         suite_options["sandbox"] = sandbox
     if unsafe_local:
         err_console.print("[yellow]--unsafe-local[/yellow]: task commands run directly on this "
                           "machine, with no sandbox")
-    executor = "ray" if ray or ray_address else "local"
-    with open_store(db) if resume or not dry_run else contextlib.nullcontext() as store:
+    sampling = Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                        logprobs=logprobs)
+    cells: dict[str, Any] = dict(tasks=split(tasks), harnesses=split(harness),
+                                 policies=split(policy) or ["expert"], seeds=seeds,
+                                 sampling=sampling)
+    server: dict[str, Any] = dict(concurrency=concurrency, base_url=base_url)
+    if dry_run:
         if resume:
-            run_id = resolve_run(store, resume)
-            plan = evaluation.plan_resume(run_id, store, concurrency=concurrency,
-                                          base_url=base_url, sealed=manifest,
-                                          max_episodes=max_episodes)
-        elif manifest is not None:
-            run_id = new_run_id()
-            plan = evaluation.plan_sealed(manifest, concurrency=concurrency, base_url=base_url,
-                                          timeout=timeout, suite_options=suite_options, db=db,
-                                          max_episodes=max_episodes)
+            plan = evaluation.plan_resume(resume, db, sealed=sealed, max_episodes=max_episodes,
+                                          **server)
+        elif sealed:
+            plan = evaluation.plan_sealed(sealed, timeout=timeout, suite_options=suite_options,
+                                          store=db, max_episodes=max_episodes, **server)
         else:
-            run_id = new_run_id()
-            plan = evaluation.plan(
-                suite, tasks=split(tasks), harnesses=split(harness),
-                policies=split(policy) or ["expert"], seeds=seeds,
-                sampling=Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-                                  logprobs=logprobs),
-                concurrency=concurrency, base_url=base_url, timeout=timeout,
-                suite_options=suite_options, db=db, max_episodes=max_episodes)
-        if dry_run:
+            plan = evaluation.plan(suite, timeout=timeout, suite_options=suite_options,
+                                   store=db, max_episodes=max_episodes, **cells, **server)
+        with plan:
             _print_plan(plan)
-            evaluation.run_sync(lambda: evaluation.close_policies(plan.owned))
-            return
-        _run(plan, store, run_id, bool(resume), executor, ray_address, by_task)
+        return
+    run: dict[str, Any] = dict(store=db, executor="ray" if ray or ray_address else "local",
+                               ray_address=ray_address, max_episodes=max_episodes, **server)
+    with _watched(db, by_task, resumed=bool(resume)) as callbacks:
+        if resume:
+            evaluation.resume(resume, sealed=sealed, **run, **callbacks)
+        elif sealed:
+            evaluation.evaluate_sealed(sealed, timeout=timeout, suite_options=suite_options,
+                                       **run, **callbacks)
+        else:
+            evaluation.evaluate(suite, timeout=timeout, suite_options=suite_options, **cells,
+                                **run, **callbacks)
 
 
 def _refuse_cell_options(ctx: typer.Context | None) -> None:
@@ -153,15 +160,22 @@ def _refuse_cell_options(ctx: typer.Context | None) -> None:
                               f"drop {flag}, or seal a new manifest with `tackroom seal`")
 
 
-def _run(plan: evaluation.RunPlan, store: Any, run_id: str, resumed: bool, executor: str,
-         ray_address: str | None, by_task: bool) -> None:
-    counts = {"success": 0, "done": 0, "infra": 0}
-    with progress_bar("episodes", plan.n_episodes, enabled=True) as bar:
+@contextmanager
+def _watched(db: str, by_task: bool, resumed: bool) -> Iterator[dict[str, Any]]:
+    """The progress bar and the callbacks a run reports to; the results once it ends.
 
-        def on_start(start: evaluation.RunStart) -> None:
-            cfg = plan.config
+    Whatever ends the run — done, Ctrl-C or a signal, an error — a run that was recorded
+    as started gets its tables printed and, if not done, the command that finishes it.
+    """
+    counts = {"success": 0, "done": 0, "infra": 0}
+    started: list[RunStart] = []
+    with progress_bar("episodes", None, enabled=True) as bar:
+
+        def on_start(start: RunStart) -> None:
+            started.append(start)
+            plan, cfg = start.plan, start.plan.config
             bar.update(0, total=start.to_run)
-            bar.note(f"run {run_id}: {plan.describe()}, {cfg.concurrency} at a time"
+            bar.note(f"run {start.run_id}: {plan.describe()}, {cfg.concurrency} at a time"
                      + (f"; {start.already} already recorded, {start.to_run} to run"
                         if resumed else ""))
             if cfg.manifest_hash:
@@ -183,23 +197,22 @@ def _run(plan: evaluation.RunPlan, store: Any, run_id: str, resumed: bool, execu
             bar.update(counts["done"], stats=_stats(counts))
 
         try:
-            evaluation.execute(plan, store=store, run_id=run_id, resume=resumed,
-                               executor=executor, ray_address=ray_address,
-                               on_episode=on_episode, on_start=on_start,
-                               on_note=lambda line: bar.note(line))
-        except KeyboardInterrupt:
+            yield {"on_start": on_start, "on_episode": on_episode, "on_note": bar.note}
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (tackroom.core.cancel)
+            if not started:
+                raise
             err_console.print(f"[yellow]interrupted[/yellow] — finish with: "
-                              f"tackroom eval --resume {run_id}")
+                              f"tackroom eval --resume {started[0].run_id}")
             raise typer.Exit(130) from None
         except TackroomError:
-            if store.run(run_id) is not None:
+            if started:
                 err_console.print(f"[dim]recorded episodes kept; finish with: "
-                                  f"tackroom eval --resume {run_id}[/dim]")
+                                  f"tackroom eval --resume {started[0].run_id}[/dim]")
             raise
         finally:
-            if store.run(run_id) is not None:
+            if started:
                 bar.progress.stop()
-                print_results(Run.from_record(store.run(run_id) or {}, store), by_task)
+                print_results(Run.open(started[0].run_id, store=db), by_task)
 
 
 def _stats(c: dict[str, int]) -> str:
@@ -208,7 +221,7 @@ def _stats(c: dict[str, int]) -> str:
     return f"success {100 * rate:.0f}%{infra}"
 
 
-def _print_plan(plan: evaluation.RunPlan) -> None:
+def _print_plan(plan: RunPlan) -> None:
     seeds = plan.config.seeds
     table = Table(title=f"Dry run: {plan.n_episodes} episodes on suite "
                   f"{escape(plan.suite.name)}", title_justify="left")
@@ -221,9 +234,9 @@ def _print_plan(plan: evaluation.RunPlan) -> None:
         table.add_row(escape(h), escape(hh), escape(p), str(len(ts)),
                       f"{seeds[0]}–{seeds[-1]} ({len(seeds)})", str(len(ts) * len(seeds)))
     console.print(table)
-    for task, h in plan.grid.inexpressible:
-        needs = ", ".join(sorted(task.requires - h.interface.supports))
-        console.print(f"[dim]cannot express: {escape(task.id)} under {escape(h.name)} "
+    for task, spec in plan.grid.inexpressible:
+        needs = ", ".join(sorted(task.requires - spec.interface.supports))
+        console.print(f"[dim]cannot express: {escape(task.id)} under {escape(spec.name)} "
                       f"(needs {escape(needs)})[/dim]")
 
 
@@ -315,10 +328,7 @@ def seal_cmd(
                     train_harnesses=split(train_harness),
                     sampling=Sampling(temperature=temperature, top_p=top_p,
                                       max_tokens=max_tokens, logprobs=logprobs), force=force)
-    the_suite = get_suite(manifest.suite)
-    specs = manifest.load_harnesses()
-    cannot = sum(1 for tid in manifest.tasks for h in specs
-                 if not h.can_express(the_suite.task(tid).requires))
+    cannot = len(inexpressible_pairs(manifest))
     n_held = len(manifest.held_out)
     console.print(f"[bold]sealed[/bold] {escape(str(Path(out)))}: manifest "
                   f"sha256:{manifest.hash}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -13,6 +13,9 @@ from rich.table import Table
 from tackroom.cli.common import console, err_console
 from tackroom.core.errors import TackroomError
 from tackroom.core.registry import choices
+
+if TYPE_CHECKING:
+    from tackroom.suites.terminal.importer import ImportResult
 
 
 def tasks_cmd(ctx: typer.Context,
@@ -23,13 +26,13 @@ def tasks_cmd(ctx: typer.Context,
     """
     if ctx.invoked_subcommand is not None:
         return
-    from tackroom.suites import get_suite
+    from tackroom.app.tasks import list_tasks
 
-    s = get_suite(suite)
+    tasks = list_tasks(suite)
     table = Table(title=f"Tasks in {escape(suite)}", title_justify="left")
     for col in ("task", "requires", "expert", "description"):
         table.add_column(col)
-    for t in s.tasks():
+    for t in tasks:
         table.add_row(escape(t.id), escape(",".join(sorted(t.requires))),
                       "yes" if t.has_expert else "", escape(t.description))
     console.print(table)
@@ -62,35 +65,31 @@ def tasks_import(directory: Annotated[Path, typer.Argument(
 
       tackroom tasks import ~/terminal-bench/tasks --sandbox docker
     """
-    from tackroom.cli.common import progress_bar
-    from tackroom.sandbox import provider
-    from tackroom.suites.terminal import BUILTIN
-    from tackroom.suites.terminal.importer import (
-        ImportResult,
-        import_tasks,
-        task_folders,
-        task_store,
-    )
+    import contextlib
 
-    chosen = provider(sandbox)  # an unknown name: one line naming the registered ones
-    if chosen.runs_images:
-        chosen.require()
-    builtin = frozenset(p.name for p in BUILTIN.iterdir() if p.is_dir())
-    folders = task_folders(directory)
+    from tackroom.app.tasks import import_tasks
+    from tackroom.cli.common import Bar, progress_bar
+
     done: list[str] = []
-    with progress_bar("tasks", len(folders), enabled=len(folders) > 1 or check) as bar:
-        def start(task_id: str) -> None:
-            bar.update(len(done), stats=f"{task_id}: importing")
+    bar: Bar | None = None
+    with contextlib.ExitStack() as stack:
+        def found(n: int) -> None:
+            nonlocal bar
+            bar = stack.enter_context(progress_bar("tasks", n, enabled=n > 1 or check))
 
-        def building(task_id: str, message: str) -> None:
-            bar.update(len(done), stats=f"{task_id}: {message}")
+        def update(stats: str) -> None:
+            if bar is not None:
+                bar.update(len(done), stats=stats)
 
         def finished(r: ImportResult) -> None:
             done.append(r.id)
-            bar.update(len(done), stats=f"{r.id}: {'imported' if r.imported else 'skipped'}")
+            update(f"{r.id}: {'imported' if r.imported else 'skipped'}")
 
-        results = import_tasks(directory, builtin=builtin, check=check, on_task=finished,
-                               on_start=start, progress=building, sandbox=sandbox)
+        imported = import_tasks(directory, check=check, sandbox=sandbox, on_folders=found,
+                                on_start=lambda task_id: update(f"{task_id}: importing"),
+                                progress=lambda task_id, message: update(f"{task_id}: {message}"),
+                                on_task=finished)
+    results = imported.results
     table = Table(title=f"Imported from {escape(str(directory))}", title_justify="left")
     for col in ("task", "imported", "environment", "untouched", "oracle", "reason / build log"):
         table.add_column(col, overflow="fold")
@@ -103,9 +102,9 @@ def tasks_import(directory: Annotated[Path, typer.Argument(
                       escape(r.environment or ("host system" if r.imported else "")), untouched,
                       oracle, note)
     console.print(table)
-    n = sum(r.imported for r in results)
-    console.print(f"{n} of {len(results)} folder(s) imported into {task_store()}; run them "
-                  "with tackroom eval --suite terminal --tasks ID", markup=False)
+    console.print(f"{imported.n_imported} of {len(results)} folder(s) imported into "
+                  f"{imported.store}; run them with tackroom eval --suite terminal --tasks ID",
+                  markup=False)
 
 
 def harness_list() -> None:
@@ -158,29 +157,18 @@ def harness_show(name: Annotated[str, typer.Argument(help="Harness name or path.
 def harness_diff(a: Annotated[str, typer.Argument(help="First harness.")],
                  b: Annotated[str, typer.Argument(help="Second harness.")]) -> None:
     """Show which slots differ between two harnesses (after extends)."""
-    from tackroom.harness.spec import load_harness
+    from tackroom.app.harnesses import diff_harnesses
 
-    ha, hb = load_harness(a), load_harness(b)
-    table = Table(title=escape(f"{ha.ident} vs {hb.ident}"), title_justify="left")
-    for col in ("slot", ha.name, hb.name):
+    diff = diff_harnesses(a, b)
+    if diff.identical:
+        console.print("identical content (same hash)")
+        return
+    table = Table(title=escape(f"{diff.a.ident} vs {diff.b.ident}"), title_justify="left")
+    for col in ("slot", diff.a.name, diff.b.name):
         table.add_column(escape(col), overflow="fold")
-    ca, cb = ha.content(), hb.content()
-    n = 0
-    for slot in list(ca) + [s for s in cb if s not in ca]:
-        va, vb = ca.get(slot), cb.get(slot)
-        if isinstance(vb, dict) and va is None:
-            va = {}
-        if isinstance(va, dict):
-            vb = vb if isinstance(vb, dict) else {}
-            for k in sorted(set(va) | set(vb)):
-                if va.get(k) != vb.get(k):
-                    table.add_row(escape(f"{slot}.{k}"), escape(repr(va.get(k))),
-                                  escape(repr(vb.get(k))))
-                    n += 1
-        elif va != vb:
-            table.add_row(escape(slot), escape(repr(va)), escape(repr(vb)))
-            n += 1
-    console.print(table if n else "identical content (same hash)")
+    for d in diff.slots:
+        table.add_row(escape(d.slot), escape(repr(d.a)), escape(repr(d.b)))
+    console.print(table)
 
 
 def harness_validate(paths: Annotated[list[str], typer.Argument(

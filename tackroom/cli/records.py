@@ -1,4 +1,4 @@
-"""``tackroom runs``, ``show`` and ``export``: reading the record store."""
+"""``tackroom runs``, ``show`` and ``export``: reading the record store (:mod:`tackroom.app.records`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from tackroom.app.runs import open_store, resolve_run
+from tackroom.app.records import export_run, list_runs, read_episode, read_run
 from tackroom.cli.common import DEFAULT_DB, DbOpt, console
-from tackroom.core.errors import ConfigError
 from tackroom.harness.content import text_of
 
 
@@ -22,11 +21,7 @@ def runs_cmd(db: DbOpt = DEFAULT_DB,
 
     [bold]Example[/bold]:  tackroom runs --db ./tackroom-runs/tackroom.duckdb
     """
-    if not 1 <= limit <= 1_000_000:
-        raise ConfigError(f"--limit {limit} is out of range", "--limit",
-                          "give a number of runs from 1 to 1000000")
-    with open_store(db, read_only=True) as store:
-        runs = store.runs()[:limit]
+    runs = list_runs(store=db, limit=limit)
     table = Table(title=f"Runs in {escape(str(db))}", title_justify="left")
     for col in ("run", "created", "command", "status", "episodes", "success", "infra err"):
         table.add_column(col)
@@ -73,22 +68,19 @@ def show_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")],
     """
     from tackroom.report.terminal import summary_table
 
-    with open_store(db, read_only=True) as store:
-        run_id = resolve_run(store, run)
-        if episode is None:
-            rows = store.episodes(run_id=run_id)
-            console.print(summary_table(rows, title=f"Run {run_id}"))
-            table = Table(title="Episodes (first 40)", title_justify="left")
-            for col in ("episode", "task", "harness", "policy", "seed", "outcome", "turns"):
-                table.add_column(col)
-            for r in rows[:40]:
-                table.add_row(*(escape(str(v)) for v in (
-                    r["episode_id"][:10], r["task"], r["harness"], r["policy"], r["seed"],
-                    r["outcome"], r["n_turns"])))
-            console.print(table)
-            return
-        ep = store.load_episode(episode, run_id=run_id)
-    _replay(ep, full)
+    if episode is not None:
+        _replay(read_episode(run, episode, store=db), full)
+        return
+    recorded = read_run(run, store=db)
+    console.print(summary_table(recorded.rows, title=f"Run {recorded.run_id}"))
+    table = Table(title="Episodes (first 40)", title_justify="left")
+    for col in ("episode", "task", "harness", "policy", "seed", "outcome", "turns"):
+        table.add_column(col)
+    for r in recorded.rows[:40]:
+        table.add_row(*(escape(str(v)) for v in (
+            r["episode_id"][:10], r["task"], r["harness"], r["policy"], r["seed"],
+            r["outcome"], r["n_turns"])))
+    console.print(table)
 
 
 def _image_note(part: dict) -> str:
@@ -165,15 +157,6 @@ def export_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")]
 
       tackroom export latest --format atif --out trajectories/
     """
-    from tackroom.records import export_atif, export_jsonl, export_parquet
-
-    writers = {"jsonl": export_jsonl, "parquet": export_parquet, "atif": export_atif}
-    if fmt not in writers:
-        raise ConfigError(f"unknown export format {fmt!r}", "--format",
-                          "choose jsonl, parquet or atif")
-    with open_store(db, read_only=True) as store:
-        run_id = resolve_run(store, run)
-        target = out or {"jsonl": f"{run_id}.jsonl", "parquet": f"{run_id}.parquet",
-                         "atif": f"{run_id}-atif"}[fmt]
-        n = writers[fmt](store, run_id, target)
-    console.print(f"wrote {n} episodes to {target}", markup=False, highlight=False)
+    done = export_run(run, fmt=fmt, out=out, store=db)
+    console.print(f"wrote {done.n_episodes} episodes to {out or done.path}", markup=False,
+                  highlight=False)
