@@ -170,8 +170,8 @@ def test_bad_input_is_one_line(workdir: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(("option", "named"), [
     (["--lr", "-1"], "--lr: lr = -1.0 is out of range"),
     (["--lr", "nan"], "--lr: lr = nan"),
-    (["--epochs", "0"], "--epochs: epochs = 0.0"),
-    (["--batch-size", "99999999"], "--batch-size: batch_size = 99999999"),
+    (["--epochs", "0"], "--epochs: sft.epochs = 0.0"),
+    (["--batch-size", "99999999"], "--batch-size: sft.batch_size = 99999999"),
     (["--grad-accum", "0"], "--grad-accum"),
     (["--max-length", "0"], "--max-length"),
     (["--warmup", "-5"], "--warmup"),
