@@ -21,6 +21,8 @@ Choices, and why:
 * **Batching**: concurrent ``act`` calls that arrive within ``batch_wait_ms``
   of each other share one left-padded ``generate`` call (at most
   ``max_batch`` rows), run in a worker thread so the event loop goes on.
+  Log-probs that are not finite (a broken checkpoint) are recorded as missing,
+  with a note.
   Rows may differ in sampling settings: sampling is done per row by a logits
   processor with the row's own ``torch.Generator`` (seeded by
   ``Sampling.seed``), so a seeded call gives the same tokens alone or in any
@@ -32,6 +34,12 @@ Choices, and why:
 * **LoRA adapters** (peft) are loaded by name; each call is served by the
   adapter active when it was made (``PolicyResponse.adapter``), and a batch
   never mixes adapters.
+
+Where each part lives: loading the checkpoint and naming adapters in
+:mod:`tackroom.policies.hf_loading`; the batch queue, its worker thread and the
+per-row sampler in :mod:`tackroom.policies.hf_batching`; here the policy itself —
+the adapters' lifecycle, prompts, :meth:`HFPolicy.score`, one batch's ``generate``
+with its shared-prefix key/value cache, and the responses.
 """
 
 from __future__ import annotations
@@ -41,79 +49,33 @@ import contextlib
 import copy
 import json
 import random
-import re
 import threading
-import time
 import warnings
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tackroom.core.errors import ContextLengthExceeded, InfraError, PolicyError
-from tackroom.core.policy import PolicyRequest, PolicyResponse, Sampling
-from tackroom.policies.chat_format import (
-    PAD,
-    model_dir_problem,
-    no_progress_bars,
-    parse_tool_calls,
-    read_model_card,
-    text_only,
+from tackroom.core.errors import ContextLengthExceeded, PolicyError
+from tackroom.core.finite import NON_FINITE_LOGPROBS, finite_logprobs
+from tackroom.core.policy import PolicyRequest, PolicyResponse
+from tackroom.policies.chat_format import PAD, parse_tool_calls, read_model_card, text_only
+from tackroom.policies.hf_batching import Batcher, Job, RowSampler, shared_prefix
+from tackroom.policies.hf_loading import (
+    ADAPTER_NAME,
+    ADAPTER_VERSION_FILE,
+    INIT_HINT,
+    adapter_name,
+    first_line,
+    load_pretrained,
+    stop_ids,
 )
 from tackroom.policies.kv import cache_kwarg, cache_of
 from tackroom.policies.options import construct
 
-__all__ = ["HFPolicy", "make_hf_policy"]
+__all__ = ["ADAPTER_VERSION_FILE", "INIT_HINT", "HFPolicy", "make_hf_policy"]
 
-INIT_HINT = "run `tackroom model init DIR` to build a model there, or give a save_pretrained directory"
-_ADAPTER_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
-_DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
-           "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
-
-
-@dataclass
-class _Job:
-    """One ``act`` call waiting for a batch."""
-
-    prompt: list[int]
-    sampling: Sampling
-    max_new: int
-    parse_tools: bool
-    adapter: str | None
-    future: asyncio.Future
-    queued_at: float = field(default_factory=time.monotonic)
-    #: What the response records as its adapter: the adapter's name, or the weight
-    #: version of an in-memory model being trained (:meth:`HFPolicy.set_version`).
-    label: str | None = None
-    #: Tokens of the prompt's system block (system prompt + tool schemas): the part
-    #: every turn of every episode under one harness begins with (0: none known).
-    stem: int = 0
-
-
-#: Written next to an adapter by ``tackroom train``: ``{"version": ...}`` names its weights.
-ADAPTER_VERSION_FILE = "tackroom_adapter.json"
-
-
-def _adapter_name(path: str) -> str:
-    """A peft-safe adapter name from a path (peft module keys cannot hold dots).
-
-    An adapter saved by ``tackroom train`` carries its weight version (run and
-    step) in ``tackroom_adapter.json``; that version is its name, so turns it
-    serves record the same version as the trainer's own rollouts did.
-    """
-    version_file = Path(path) / ADAPTER_VERSION_FILE
-    if version_file.is_file():
-        import json
-
-        try:
-            version = json.loads(version_file.read_text()).get("version")
-        except (OSError, ValueError, AttributeError):
-            version = None
-        if isinstance(version, str) and _ADAPTER_NAME.match(version):
-            return version
-    name = re.sub(r"[^A-Za-z0-9_\-]", "_", Path(path).name or "adapter")
-    return name or "adapter"
+# The old private names, for callers (tests, benchmarks) that patch or build them.
+_Job, _RowSampler, _shared_prefix = Job, RowSampler, shared_prefix
 
 
 class HFPolicy:
@@ -154,14 +116,15 @@ class HFPolicy:
             self.tokenizer, self.model = _preloaded
             self.dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
         else:
-            self.tokenizer, self.model, self.dtype = self._load(device, dtype)
+            self.tokenizer, self.model, self.dtype = load_pretrained(
+                self.model_dir, self.id, self.device, dtype, self.threads)
         config = self.model.config
         self.max_positions = int(getattr(config, "max_position_embeddings", 0) or 0) or None
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.convert_tokens_to_ids(PAD) \
                 if PAD in self.tokenizer.get_vocab() else self.tokenizer.eos_token_id
-        self.stop_ids = self._stop_ids()
+        self.stop_ids = stop_ids(self.model, self.tokenizer, self.pad_id)
         # Sampling is exactly the request's: a checkpoint's own generation defaults
         # (temperature, top_k, repetition_penalty, ...) would otherwise fill every
         # setting we leave unset and change greedy answers and log-probs.
@@ -182,69 +145,13 @@ class HFPolicy:
         self.prefix_cache = _preloaded is None
         self._stems: dict[str, tuple[int, ...]] = {}
         self._stem_kv: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self._executor: ThreadPoolExecutor | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: list[_Job] = []
-        self._wake: asyncio.Event | None = None
-        self._drainer: asyncio.Task | None = None
+        # Called through the attribute, so that ``self._generate`` may be wrapped later.
+        self._batcher = Batcher(lambda batch: self._generate(batch), self.id, self.max_batch,
+                                self.batch_wait_ms)
         if adapter:
-            name = _adapter_name(adapter)
+            name = adapter_name(adapter)
             self.load_adapter(name, adapter)
             self.set_adapter(name)
-
-    # ---------------------------------------------------------------- load
-    def _load(self, device: str, dtype: str | None):
-        path = Path(self.model_dir)
-        if (problem := model_dir_problem(path)) is not None:
-            raise PolicyError(problem, self.id, INIT_HINT)
-        try:
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-        except ImportError as e:
-            raise PolicyError(f"the hf policy needs torch and transformers ({e.name} is "
-                              "missing)", self.id, "pip install 'tackroom[train]'") from None
-        torch_dtype = torch.float32
-        if dtype is not None:
-            name = _DTYPES.get(str(dtype).lower().removeprefix("torch."))
-            if name is None:
-                raise PolicyError(f"unknown dtype {dtype!r}", self.id,
-                                  "use float32, bfloat16 or float16")
-            torch_dtype = getattr(torch, name)
-        if self.threads is not None:
-            torch.set_num_threads(self.threads)
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise PolicyError(f"device {device!r} asked for but CUDA is not available",
-                              self.id, "use device=cpu")
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        except Exception as e:  # noqa: BLE001 - any loader failure is one clear line
-            raise PolicyError(f"cannot load the tokenizer in {self.model_dir} "
-                              f"({type(e).__name__}: {_first_line(e)})", self.id,
-                              INIT_HINT) from None
-        if not getattr(tokenizer, "chat_template", None):
-            raise PolicyError(f"the tokenizer in {self.model_dir} has no chat template",
-                              self.id, "add one (tokenizer.chat_template) or " + INIT_HINT)
-        try:
-            with no_progress_bars():
-                model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
-                                                             dtype=torch_dtype)
-        except Exception as e:  # noqa: BLE001 - any loader failure is one clear line
-            raise PolicyError(f"cannot load the model in {self.model_dir} "
-                              f"({type(e).__name__}: {_first_line(e)})", self.id,
-                              INIT_HINT) from None
-        model.to(device)
-        model.eval()
-        return tokenizer, model, str(torch_dtype).removeprefix("torch.")
-
-    def _stop_ids(self) -> list[int]:
-        """Token ids that end a reply: the generation config's eos ids, the tokenizer's, pad."""
-        ids: list[int] = []
-        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
-        for v in (gen_eos, self.tokenizer.eos_token_id, self.pad_id):
-            for i in (v if isinstance(v, (list, tuple)) else [v]):
-                if isinstance(i, int) and i not in ids:
-                    ids.append(i)
-        return ids
 
     # ------------------------------------------------------------ identity
     def __repr__(self) -> str:
@@ -311,7 +218,7 @@ class HFPolicy:
 
     def load_adapter(self, name: str, path: str | Path) -> None:
         """Load a peft (LoRA) adapter from ``path`` under ``name``; does not activate it."""
-        if not _ADAPTER_NAME.match(name or ""):
+        if not ADAPTER_NAME.match(name or ""):
             raise PolicyError(f"bad adapter name {name!r}", self.id,
                               "use letters, digits, '_' and '-' only")
         if not (Path(path) / "adapter_config.json").is_file():
@@ -335,7 +242,7 @@ class HFPolicy:
                                                            adapter_name=name)
             except Exception as e:  # noqa: BLE001 - a bad adapter is one clear line
                 raise PolicyError(f"cannot load adapter {name!r} from {path} "
-                                  f"({type(e).__name__}: {_first_line(e)})", self.id,
+                                  f"({type(e).__name__}: {first_line(e)})", self.id,
                                   "check that it was trained on this base model") from None
             if self._dormant is not None and self._dormant != name:
                 warnings.simplefilter("ignore", UserWarning)  # "... was active, now deleted"
@@ -451,68 +358,14 @@ class HFPolicy:
                 f"prompt of {len(prompt)} tokens does not fit the model's "
                 f"{self.max_positions}-token context", self.id,
                 "shorten the harness's observations or history")
-        job = _Job(prompt=prompt, sampling=s, max_new=max(1, min(int(s.max_tokens), room)),
+        job = Job(prompt=prompt, sampling=s, max_new=max(1, min(int(s.max_tokens), room)),
                    parse_tools=bool(request.tools), adapter=self._active,
                    future=asyncio.get_running_loop().create_future(),
                    label=self._active if self._active is not None else self._version,
                    stem=self._stem(request.messages, request.tools, prompt))
-        self._enqueue(job)
-        return await job.future
+        return await self._batcher.submit(job)
 
-    def _enqueue(self, job: _Job) -> None:
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # first call, or a new event loop (another asyncio.run)
-            self._loop, self._pending, self._drainer = loop, [], None
-            self._wake = asyncio.Event()
-        self._pending.append(job)
-        if len(self._pending) >= self.max_batch:
-            self._wake.set()
-        if self._drainer is None or self._drainer.done():
-            self._drainer = loop.create_task(self._drain())
-
-    async def _drain(self) -> None:
-        """Serve pending calls, one batch at a time, until none is left."""
-        loop = asyncio.get_running_loop()
-        assert self._wake is not None
-        while self._pending:
-            oldest = min(j.queued_at for j in self._pending)
-            wait = oldest + self.batch_wait_ms / 1000 - time.monotonic()
-            if wait > 0 and len(self._pending) < self.max_batch:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait)
-            self._wake.clear()
-            live = [j for j in self._pending if not j.future.done()]  # drop cancelled calls
-            if not live:
-                self._pending = []
-                break
-            adapter = live[0].adapter
-            batch = [j for j in live if j.adapter == adapter][: self.max_batch]
-            self._pending = [j for j in live if all(j is not b for b in batch)]
-            try:
-                results = await loop.run_in_executor(self._worker(), self._generate, batch)
-            except Exception as e:  # noqa: BLE001 - a failed batch fails its calls, not the loop
-                error = e if isinstance(e, (PolicyError, InfraError)) else InfraError(
-                    f"local generation failed ({type(e).__name__}: {_first_line(e)})", self.id,
-                    "check memory and the model directory; --resume retries the episode")
-                for j in batch:
-                    if not j.future.done():
-                        j.future.set_exception(error)
-                continue
-            except BaseException:  # cancelled: the calls cannot be answered
-                for j in batch:
-                    if not j.future.done():
-                        j.future.cancel()
-                raise
-            for j, r in zip(batch, results, strict=True):
-                if not j.future.done():
-                    j.future.set_result(r)
-
-    def _worker(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tackroom-hf")
-        return self._executor
-
-    def _generate(self, batch: list[_Job]) -> list[PolicyResponse]:
+    def _generate(self, batch: list[Job]) -> list[PolicyResponse]:
         """One ``generate`` for the batch (runs in the worker thread).
 
         Prompts of one batch usually share a long prefix — the system prompt
@@ -547,7 +400,7 @@ class HFPolicy:
             return_dict_in_generate=True, output_logits=True)
         processors = LogitsProcessorList()
         if any(j.sampling.temperature > 0 for j in batch):
-            processors.append(_RowSampler([j.sampling for j in batch], self.device, self._rng))
+            processors.append(RowSampler([j.sampling for j in batch], self.device, self._rng))
         with self._using(batch[0].adapter) as model, torch.inference_mode():
             extra = {}
             if shared:
@@ -593,13 +446,16 @@ class HFPolicy:
         kv = copy.deepcopy(kv)  # generate extends a cache in place
         return forward(prefix[stem:], kv) if len(prefix) > stem else kv
 
-    def _response(self, job: _Job, tokens: list[int], logprobs: list[float]) -> PolicyResponse:
+    def _response(self, job: Job, tokens: list[int], logprobs: list[float]) -> PolicyResponse:
         tokens, finish = tokens[: job.max_new], "length"
         for k, t in enumerate(tokens):
             if t in self.stop_ids:
                 tokens, finish = tokens[: k + 1], "stop"
                 break
-        logprobs = logprobs[: len(tokens)]
+        # A broken checkpoint can give NaN / inf: never records or training batches.
+        checked, notes = finite_logprobs(logprobs[: len(tokens)]), []
+        if checked is None:
+            notes.append(NON_FINITE_LOGPROBS)
         visible = tokens[:-1] if finish == "stop" else tokens
         text: str | None = self.tokenizer.decode(visible, skip_special_tokens=True)
         calls = []
@@ -609,14 +465,12 @@ class HFPolicy:
                 text = None
         return PolicyResponse(
             text=text, tool_calls=calls, prompt_tokens=len(job.prompt),
-            completion_tokens=len(tokens), token_ids=tokens, logprobs=logprobs,
-            model=self.model_dir, adapter=job.label, finish_reason=finish)
+            completion_tokens=len(tokens), token_ids=tokens, logprobs=checked,
+            model=self.model_dir, adapter=job.label, finish_reason=finish, notes=notes)
 
     # ---------------------------------------------------------------- close
     async def aclose(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
+        self._batcher.close()
 
     async def __aenter__(self) -> HFPolicy:
         return self
@@ -625,73 +479,10 @@ class HFPolicy:
         await self.aclose()
 
 
-class _RowSampler:
-    """Samples each row with its own temperature, top-p and generator, inside ``generate``.
-
-    ``generate`` runs greedy; for a sampling row this processor draws the
-    token itself and leaves only that token finite, so the argmax is the draw.
-    Greedy rows (temperature 0) pass through untouched. Per-row generators
-    make a seeded call independent of whatever else shares its batch.
-    """
-
-    def __init__(self, samplings: list[Sampling], device: str, rng: random.Random) -> None:
-        import torch
-
-        self.samplings = samplings
-        self.generators = []
-        for s in samplings:
-            g = torch.Generator(device=device)
-            g.manual_seed(int(s.seed) if s.seed is not None else rng.getrandbits(63))
-            self.generators.append(g)
-
-    def __call__(self, input_ids, scores):
-        import torch
-
-        scores = scores.clone()  # generate keeps the tensor it passed us as the raw logits
-        for i, s in enumerate(self.samplings):
-            if s.temperature <= 0:
-                continue
-            probs = torch.softmax(scores[i].float() / s.temperature, dim=-1)
-            if s.top_p < 1.0:
-                sorted_p, order = torch.sort(probs, descending=True)
-                drop = torch.cumsum(sorted_p, dim=-1) - sorted_p >= s.top_p
-                drop[0] = False  # always keep the most likely token
-                probs = probs.clone()
-                probs[order[drop]] = 0.0
-            token = torch.multinomial(probs, 1, generator=self.generators[i])
-            row = torch.full_like(scores[i], float("-inf"))
-            row[token] = 0.0
-            scores[i] = row
-        return scores
-
-
 #: A shared prompt prefix shorter than this is not worth a separate forward pass.
 MIN_SHARED_PREFIX = 32
 #: System blocks whose keys/values an HFPolicy keeps (one per harness × adapter in use).
 MAX_CACHED_STEMS = 8
-
-
-
-
-
-def _shared_prefix(prompts: list[list[int]]) -> int:
-    """Length of the longest common prefix, leaving every prompt at least one own token.
-
-    For a single prompt: all of it but its last token.
-
-    ``generate`` must feed at least one uncached token per row to produce the
-    first new token's logits.
-    """
-    first, n = prompts[0], min(len(p) for p in prompts) - 1
-    k = 0
-    while k < n and all(p[k] == first[k] for p in prompts):
-        k += 1
-    return k
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return (text[0] if text else "")[:200]
 
 
 _INT_OPTS = {"max_batch", "threads"}
