@@ -19,10 +19,10 @@ from tackroom import evaluate
 from tackroom.core.episode import Outcome
 from tackroom.core.errors import ConfigError, HarnessError
 from tackroom.core.policy import Sampling
-from tackroom.delegation import runtime
 from tackroom.delegation.data import recorded_points
 from tackroom.delegation.thresholds import Scored, fit_thresholds, precision_at
 from tackroom.harness.spec import load_harness
+from tackroom.policies.delegation import runtime
 from tackroom.policies.openai_policy import OpenAIPolicy
 from tackroom.records import RecordStore
 from tackroom.runner.grid import plan_grid, run_cells
@@ -286,7 +286,7 @@ def test_fit_on_a_store_without_points_says_what_to_do(tmp_path):
     assert "no labelled decision points" in one_line_error(proc)
     proc = run_cli("delegate", "fit", "--db", str(db), "--harness", str(rec), "--out",
                    str(tmp_path / "d.toml"), "--model", "forest", cwd=tmp_path)
-    assert "unknown decision model kind" in one_line_error(proc)
+    assert "unknown decision model 'forest'" in one_line_error(proc)
 
 
 def test_bench_prints_the_ladder(fitted):

@@ -33,12 +33,10 @@ from pathlib import Path
 os.environ.setdefault("MINIWOB_CHROME_BINARY", "/usr/bin/chromium")
 os.environ.setdefault("MINIWOB_CHROMEDRIVER", "/usr/bin/chromedriver")
 
-from tackroom import evaluate  # noqa: E402
-from tackroom.cli.delegate import ladder_table  # noqa: E402
+from tackroom import bench_delegation, evaluate, fit_delegation  # noqa: E402
 from tackroom.core.extras import script_requires  # noqa: E402
 from tackroom.core.policy import Sampling  # noqa: E402
-from tackroom.delegation.bench import bench_delegation  # noqa: E402
-from tackroom.delegation.fit import fit_delegation  # noqa: E402
+from tackroom.report.delegation import ladder_table  # noqa: E402
 
 script_requires("web", "train", "delegation", who="examples/delegation")
 

@@ -117,16 +117,17 @@ def main() -> None:
 
 
 def run(a: argparse.Namespace) -> None:
-    from tackroom.app.selfhpo import read_self_hpo
-    from tackroom.cli.common import console
+    from rich.console import Console
+
     from tackroom.models import init_model
     from tackroom.models.corpus import harness_corpus
-    from tackroom.records import RecordStore
     from tackroom.report.terminal import self_hpo_tables
     from tackroom.testing.harnesses import command_harness
     from tackroom.train.engine import OptimSettings
     from tackroom.train.sft import Selection, SFTConfig
 
+    # As the CLI prints: the terminal's width, or 160 columns into a pipe or file.
+    console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
     work = Path(a.workdir).resolve()
     shutil.rmtree(work, ignore_errors=True)
     (work / "harnesses").mkdir(parents=True)
@@ -164,9 +165,8 @@ def run(a: argparse.Namespace) -> None:
             print(f"\nSelf-HPO, proposer = {proposer}, seed {seed} ({toml.name})", flush=True)
             res = tackroom.self_hpo(toml, store=db, out_dir=work / f"shpo-{proposer}-{seed}",
                                     on_note=lambda line: print(f"  {line}", flush=True))
-            with RecordStore(db, read_only=True) as store:
-                for table in self_hpo_tables(read_self_hpo(store, res.run_id)):
-                    console.print(table)
+            for table in self_hpo_tables(res.report):
+                console.print(table)
             results["runs"][f"{proposer}-{seed}"] = {
                 "proposer": proposer, "seed": seed, "run_id": res.run_id,
                 "start_dev": res.start_dev, "sealed_run": res.sealed_run, "table": res.table,

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from tackroom.cli.common import DEFAULT_DB, DbOpt, console, progress_bar, split
 from tackroom.core.errors import ConfigError
 from tackroom.core.policy import Sampling
+from tackroom.core.registry import choices
 
 
 def fit_cmd(
@@ -20,8 +20,8 @@ def fit_cmd(
         "the output extends it.")],
     out: Annotated[Path, typer.Option(
         help="The delegating harness to write; the model goes to <stem>.decision/ beside it.")],
-    model: Annotated[str, typer.Option(help="Decision model: logistic | gbm | lm.")
-                     ] = "logistic",
+    model: Annotated[str, typer.Option(
+        help=f"Decision model kind: {choices('decision_model')}.")] = "logistic",
     train_on: Annotated[str, typer.Option(
         help="all | post-mistake (only states right after a mistake) | weighted.")] = "all",
     target_precision: Annotated[float, typer.Option(
@@ -54,25 +54,14 @@ def fit_cmd(
       tackroom delegate fit --db train.duckdb --harness som-record.toml \\
           --out som-naive.toml --global-threshold
     """
-    from tackroom.delegation.fit import fit_delegation
+    from tackroom.app.delegation import fit_delegation
+    from tackroom.report.delegation import fit_table
 
     result = fit_delegation(db, harness, out, kind=model, train_on=train_on,
                             target_precision=target_precision, per_type=not global_threshold,
                             points=split(points), runs=split(runs), validation=validation,
                             min_support=min_support, seed=seed, options=_options(option))
-    table = Table(title=f"{result.kind} decision model, trained on {result.train_on} states "
-                        f"({result.n_train} train / {result.n_val} held-out points)")
-    for col in ("choice type", "train", "held out", "isolated accuracy", "τ",
-                "precision at τ", "coverage"):
-        table.add_column(col, justify="left" if col == "choice type" else "right")
-    for t in result.types:
-        fit = t.threshold
-        table.add_row(t.type, str(t.n_train), str(t.n_val), _pct(t.accuracy),
-                      f"{result.thresholds[t.type]:.3f}" if t.type in result.thresholds
-                      else "never",
-                      _pct(fit.precision if fit else None),
-                      _pct(fit.coverage if fit and fit.tau is not None else None))
-    console.print(table)
+    console.print(fit_table(result))
     console.print(f"wrote {result.harness} (model {result.model_dir}, "
                   f"hash {result.model_hash})")
 
@@ -105,7 +94,8 @@ def bench_cmd(
       tackroom delegate bench -D som-delegate.toml,som-naive.toml --suite miniwob \\
           --tasks click-test,click-button --policy bundled --seeds 0-19 --max-tokens 48
     """
-    from tackroom.delegation.bench import RUNGS, bench_delegation
+    from tackroom.app.delegation import RUNGS, bench_delegation
+    from tackroom.report.delegation import ladder_table
 
     chosen = split(rungs) or list(RUNGS)
     with progress_bar("episodes", None) as bar:
@@ -132,26 +122,9 @@ def bench_cmd(
 
 def hash_cmd(path: Annotated[Path, typer.Argument(help="A decision model directory.")]) -> None:
     """Print a decision model's content hash (what a harness's model_hash pins)."""
-    from tackroom.delegation.models import model_hash
+    from tackroom.policies.delegation.models import model_hash
 
     console.print(model_hash(path))
-
-
-def ladder_table(result: Any) -> Table:
-    """The ladder as a terminal table (intervals in brackets)."""
-    table = Table(title="Delegation ladder: from isolated decisions to full control")
-    for col in ("rung", "decision model", "episodes", "success [95% CI]",
-                "Δ vs LLM [95% CI]", "decision accuracy [95% CI]", "take-over rate",
-                "LLM calls/ep", "LLM tokens/ep", "tokens saved/ep", "wall s/ep"):
-        table.add_column(col, justify="left" if col in ("rung", "decision model") else "right")
-    for r in result.rows:
-        table.add_row(
-            r.rung, r.model or "(LLM)", str(r.episodes) if r.rung != "isolated" else "·",
-            _ci(r.success, r.success_ci), _ci(r.delta, r.delta_ci, signed=True),
-            _ci(r.accuracy, r.accuracy_ci) + (f" n={r.accuracy_n}" if r.accuracy_n else ""),
-            _pct(r.takeover_rate), _num(r.llm_calls), _num(r.llm_tokens, 0),
-            _num(r.tokens_saved, 0), _num(r.wall_s, 2))
-    return table
 
 
 def _options(values: list[str] | None) -> dict[str, Any]:
@@ -166,22 +139,3 @@ def _options(values: list[str] | None) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[key.strip()] = raw
     return out
-
-
-def _pct(x: float | None) -> str:
-    return "·" if x is None else f"{100 * x:.0f}%"
-
-
-def _num(x: float | None, digits: int = 1) -> str:
-    return "·" if x is None else f"{x:.{digits}f}"
-
-
-def _ci(x: float | None, ci: Any, signed: bool = False) -> str:
-    if x is None:
-        return "·"
-    fmt = "{:+.0f}" if signed else "{:.0f}"
-    unit = " pp" if signed else "%"
-    s = fmt.format(100 * x) + unit
-    if ci:
-        s += f" [{fmt.format(100 * ci[0])}, {fmt.format(100 * ci[1])}]"
-    return s

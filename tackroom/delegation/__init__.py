@@ -1,11 +1,14 @@
-"""Delegation: decision models that share control with the LLM (docs/delegation.md).
+"""Delegation, fitted and graded: decision models from recorded runs (docs/delegation.md).
 
-- :mod:`tackroom.harness.delegation` — the ``[delegation]`` harness slot and the decision
-  points (choice sets built from the observation);
-- :mod:`.features`, :mod:`.models` — what a decision model sees, the three kinds
-  (logistic, gbm, lm), loading and the content hash a harness pins; :mod:`.training`;
-- :mod:`.runtime` — asking the decision model first at run time, recording who acted;
+This package sits at the analysis/training level; what the episode loop needs at run
+time (features, the model kinds, the :class:`Delegator`) is
+:mod:`tackroom.policies.delegation`, below the runner.
+
 - :mod:`.data` — recorded points read back, labelled by the scripted expert;
+- :mod:`.training` — :func:`~.training.train_model` for every registered kind;
 - :mod:`.thresholds` — τ per choice type for a target precision;
-- :mod:`.fit` — ``tackroom delegate fit``; :mod:`.bench` — ``tackroom delegate bench``.
+- :mod:`.fit` — ``tackroom delegate fit``; :mod:`.bench` — the ladder of
+  ``tackroom delegate bench``, its episodes run by an evaluation function the caller
+  passes in (:func:`tackroom.app.delegation.bench_delegation` passes
+  :func:`tackroom.evaluate`).
 """

@@ -13,7 +13,9 @@ fit`` wrote it) against the LLM alone under the harness it extends:
 - (iv) ``alone``: D acts at every point it can (its best action choice), the LLM only
   where no point applies.
 
-Every rung runs the same tasks × seeds in one recorded run. Metrics: task success
+Every rung runs the same tasks × seeds in one recorded run, through the evaluation
+function the caller passes (this layer sits below the API that runs evaluations:
+:func:`tackroom.app.delegation.bench_delegation` passes :func:`tackroom.evaluate`). Metrics: task success
 (Wilson interval) and its paired difference to ``llm`` (paired bootstrap over
 task × seed), decision accuracy at D's take-overs (its precision), take-over rate per
 turn, LLM calls and tokens per episode, tokens saved, wall seconds per episode.
@@ -31,10 +33,15 @@ from tackroom.analysis.stats import paired_bootstrap, wilson
 from tackroom.core.errors import ConfigError
 from tackroom.core.policy import Sampling
 from tackroom.delegation.data import labelled, recorded_points
-from tackroom.delegation.runtime import load_decision_model
 from tackroom.harness.spec import HarnessSpec, load_harness
+from tackroom.policies.delegation.runtime import load_decision_model
 
 RUNGS = ("llm", "isolated", "one", "confident", "alone")
+
+#: ``evaluate(suite, *, tasks, harnesses, policies, seeds, sampling, concurrency, store,
+#: suite_options, policy_options, on_start, on_episode) -> run`` (with ``run.id``): the
+#: signature of :func:`tackroom.evaluate`, which the API layer passes in.
+Evaluate = Callable[..., Any]
 
 
 @dataclass
@@ -62,6 +69,8 @@ class RungRow:
 
 @dataclass
 class BenchResult:
+    """The ladder: one row per rung and decision model, and the run that holds them."""
+
     run_id: str
     db: str
     rows: list[RungRow]
@@ -70,23 +79,21 @@ class BenchResult:
         return {"run_id": self.run_id, "db": self.db, "rows": [asdict(r) for r in self.rows]}
 
 
-def bench_delegation(suite: str, *, tasks: Sequence[str], seeds: Sequence[int] | str,
-                     policy: str, delegating: Sequence[str], workdir: str | Path,
-                     db: str | Path | None = None, sampling: Sampling | None = None,
-                     concurrency: int = 0, rungs: Sequence[str] = RUNGS,
-                     suite_options: Mapping[str, Any] | None = None,
-                     policy_options: Mapping[str, Any] | None = None,
-                     every_rung_for_each: bool = False,
-                     on_start: Callable[[Any], None] | None = None,
-                     on_episode: Callable[[Any], None] | None = None) -> BenchResult:
-    """Run the ladder; one recorded run holds every rung.
+def run_ladder(evaluate: Evaluate, suite: str, *, tasks: Sequence[str],
+               seeds: Sequence[int] | str, policy: str, delegating: Sequence[str],
+               workdir: str | Path, db: str | Path | None = None,
+               sampling: Sampling | None = None, concurrency: int = 0,
+               rungs: Sequence[str] = RUNGS, suite_options: Mapping[str, Any] | None = None,
+               policy_options: Mapping[str, Any] | None = None,
+               every_rung_for_each: bool = False,
+               on_start: Callable[[Any], None] | None = None,
+               on_episode: Callable[[Any], None] | None = None) -> BenchResult:
+    """Run the ladder with ``evaluate``; one recorded run holds every rung.
 
     The first delegating harness runs every rung of ``rungs``; the others (decision
     models to compare: naive thresholds, other training sets) run ``isolated`` and
     ``confident`` only, unless ``every_rung_for_each``.
     """
-    from tackroom.app.evaluation import evaluate
-
     bad = [r for r in rungs if r not in RUNGS]
     if bad:
         raise ConfigError(f"unknown rung(s) {bad}", "--rungs", f"choose from: {', '.join(RUNGS)}")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.errors import ConfigError
-from tackroom.delegation.models import Example
+from tackroom.policies.delegation.models import Example
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.errors import ConfigError
+from tackroom.core.registry import entry
 from tackroom.delegation.data import RecordedPoint, labelled, recorded_points, split_by_episode
-from tackroom.delegation.models import KINDS, model_hash
 from tackroom.delegation.thresholds import Scored, ThresholdFit, fit_thresholds
 from tackroom.delegation.training import train_model
 from tackroom.harness.spec import BUILTIN_DIR, find_harness, load_harness
+from tackroom.policies.delegation.models import model_hash
 
 #: What a decision model is trained on: every labelled state, only the states right
 #: after a mistake, or every state with those weighted up (``post_mistake_weight``).
@@ -68,7 +69,7 @@ def fit_delegation(db: str | Path, base: str, out: str | Path, *, kind: str = "l
         base: the harness the output extends (a name or ``.toml`` path); its
             ``[delegation] points`` are used unless ``points`` names them.
         out: the harness file to write; the model goes to ``<out stem>.decision/`` beside it.
-        kind: ``logistic``, ``gbm`` or ``lm``.
+        kind: a registered decision model kind (``logistic``, ``gbm``, ``lm``, …).
         train_on: ``all``, ``post-mistake`` (only states right after a mistake) or
             ``weighted`` (those weighted by ``post_mistake_weight``).
         target_precision: the precision each type's τ must reach on validation.
@@ -77,9 +78,7 @@ def fit_delegation(db: str | Path, base: str, out: str | Path, *, kind: str = "l
         validation: the share of episodes held out for thresholds and accuracy.
         options: the model kind's own options (e.g. ``{"epochs": 3}`` for ``lm``).
     """
-    if kind not in KINDS:
-        raise ConfigError(f"unknown decision model kind {kind!r}", "--model",
-                          f"choose one of: {', '.join(KINDS)}")
+    entry("decision_model", kind, where="--model")  # the registered kinds, named if not one
     if train_on not in TRAIN_ON:
         raise ConfigError(f"unknown training set {train_on!r}", "--train-on",
                           f"choose one of: {', '.join(TRAIN_ON)}")

@@ -28,9 +28,9 @@ from tackroom.core.errors import (
 )
 from tackroom.core.policy import ExpertView, Policy, PolicyRequest, PolicyResponse, Sampling
 from tackroom.core.task import Environment, EnvironmentPool, Expert, Task, call_env
-from tackroom.delegation.runtime import Delegator, note_llm_call, saved_cost
 from tackroom.harness.session import HarnessSession
 from tackroom.harness.spec import AgentHarness, HarnessSpec
+from tackroom.policies.delegation.runtime import Delegator, note_llm_call, saved_cost
 from tackroom.runner.agent import GRACE_S, Gateways, agent_loop
 
 

@@ -42,7 +42,7 @@ def load_decision_model(slot: dict[str, Any]) -> Any:
     """
     key = (slot["model"], slot["model_hash"])
     if key not in _MODELS:
-        from tackroom.delegation.models import load_model
+        from tackroom.policies.delegation.models import load_model
         _MODELS[key] = load_model(slot["model"], expected_hash=slot["model_hash"])
     return _MODELS[key]
 

@@ -1,9 +1,11 @@
 """Decision models: p_D(choice | state) over a decision point's choice set.
 
-Three kinds (:data:`KINDS`), one interface (:class:`DecisionModel`):
+Three kinds, one interface (:class:`DecisionModel`); each kind is a class registered under
+the ``decision_model`` kind of :mod:`tackroom.core.registry` (``tackroom list
+decision_model``; :func:`kinds`), with ``load`` and ``train`` class methods:
 
 - ``logistic``: a conditional logit — softmax over the choice set of w·φ(state, choice)
-  with φ the standardised :func:`~tackroom.delegation.features.point_features`; trained
+  with φ the standardised :func:`~tackroom.policies.delegation.features.point_features`; trained
   with weighted cross-entropy + L2 (L-BFGS when scipy is installed, otherwise a fixed
   number of gradient steps: both deterministic). One weight vector is shared by every
   point type, and (``interactions=True``, the default) each feature also appears once
@@ -14,13 +16,15 @@ Three kinds (:data:`KINDS`), one interface (:class:`DecisionModel`):
   this the correct choice?); p_D = the positive scores normalised over the choice set.
 - ``lm``: a small causal LM (:func:`tackroom.models.init_model`, or any local model
   directory) fine-tuned to score choices: score(choice) = the log-probability of the
-  choice's label tokens after :func:`~tackroom.delegation.features.context_text`
+  choice's label tokens after :func:`~tackroom.policies.delegation.features.context_text`
   (averaged over the label tokens, or summed with ``score="sum"``); p_D = softmax over
   the choice set; trained with weighted cross-entropy over the choice set.
 
 A model lives in a directory whose ``decision.json`` says ``{"kind", "format": 1, ...}``;
-:func:`load_model` reads any kind back and :func:`model_hash` is the 12-hex content
-hash a harness's ``[delegation] model_hash`` pins.
+:func:`load_model` reads any registered kind back and :func:`model_hash` is the 12-hex
+content hash a harness's ``[delegation] model_hash`` pins. This module sits below the
+runner (the episode loop loads models through :mod:`.runtime`); fitting one on recorded
+runs is :mod:`tackroom.delegation`'s, which also gives the ``lm`` kind a fresh base model.
 
 Training honours each :class:`Example`'s ``weight`` (a weight of 0 is the same as
 leaving the example out); restricting to the states right after a mistake is the
@@ -42,16 +46,16 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from tackroom.core.errors import ConfigError
-from tackroom.delegation.features import (
+from tackroom.core.registry import choices, get, has, names, register
+from tackroom.policies.delegation.features import (
     FEATURE_NAMES,
     POINT_TYPES,
     context_text,
     label_text,
     point_features,
 )
+from tackroom.policies.delegation.lm_training import torch_threads, train_lm
 
-#: The decision model kinds :func:`train_model` builds.
-KINDS = ("logistic", "gbm", "lm")
 #: The version of the ``decision.json`` layout this module writes and reads.
 FORMAT = 1
 #: The file that says what a decision model directory holds.
@@ -169,7 +173,14 @@ def _check_features(meta: dict[str, Any], where: str) -> None:
                           "computes", where, "train it again with this version")
 
 
+def kinds() -> list[str]:
+    """The registered decision model kinds (``logistic``, ``gbm``, ``lm`` and plug-ins')."""
+    return names("decision_model")
+
+
 # -- logistic -----------------------------------------------------------------------------
+@register("decision_model", "logistic", summary="a conditional logit over the choice set "
+          "(per-type interactions; L-BFGS)")
 class LogisticModel:
     """Conditional logit over a choice set: p(c) ∝ exp(w·z(c)), z = standardised φ."""
 
@@ -203,6 +214,16 @@ class LogisticModel:
             "point_types": list(POINT_TYPES), "interactions": self.interactions,
             "mean": self.mean.tolist(), "std": self.std.tolist(),
             "weights": self.weights.tolist(), "info": self.info})
+
+    @classmethod
+    def load(cls, path: Path, meta: dict[str, Any], where: str) -> LogisticModel:
+        """Rebuild from the ``decision.json`` of directory ``path`` (the weights are in it)."""
+        return cls.from_meta(meta, where)
+
+    @classmethod
+    def train(cls, examples: list[Example], seed: int, **options: Any) -> LogisticModel:
+        """Fit on checked examples (options: ``l2``, ``interactions``, ``max_iter``)."""
+        return _train_logistic(examples, seed, **options)
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], where: str) -> LogisticModel:
@@ -295,6 +316,8 @@ def _gradient_descent(loss_grad: Any, beta: np.ndarray, z: np.ndarray, l2: float
 
 
 # -- gbm ----------------------------------------------------------------------------------
+@register("decision_model", "gbm", summary="gradient-boosted trees on per-choice rows "
+          "(scikit-learn)")
 class GBMModel:
     """Gradient-boosted trees on per-choice rows; p_D = positive scores, normalised."""
 
@@ -326,6 +349,16 @@ class GBMModel:
             "kind": self.kind, "format": FORMAT, "features": list(FEATURE_NAMES),
             "pickle": "model.pkl", "pickle_sha256": hashlib.sha256(blob).hexdigest(),
             "sklearn": sklearn.__version__, "info": self.info})
+
+    @classmethod
+    def train(cls, examples: list[Example], seed: int, **options: Any) -> GBMModel:
+        """Fit on checked examples (options as :func:`_train_gbm` lists them)."""
+        return _train_gbm(examples, seed, **options)
+
+    @classmethod
+    def load(cls, path: Path, meta: dict[str, Any], where: str) -> GBMModel:
+        """Rebuild from a model directory, verifying the pickle first."""
+        return cls.from_dir(path, meta, where)
 
     @classmethod
     def from_dir(cls, path: Path, meta: dict[str, Any], where: str) -> GBMModel:
@@ -395,26 +428,15 @@ def _train_gbm(examples: list[Example], seed: int, **options: Any) -> GBMModel:
 
 
 # -- lm -----------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _torch_threads(threads: int | None) -> Iterator[None]:
-    import torch
-
-    if not threads:
-        yield
-        return
-    before = torch.get_num_threads()
-    if before == int(threads):  # setting it rebuilds torch's thread pool: only when needed
-        yield
-        return
-    torch.set_num_threads(int(threads))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
+@register("decision_model", "lm", summary="a small causal LM scoring each choice's label "
+          "(torch, transformers)", fresh_base=True)
 class LMModel:
-    """A causal LM that scores each choice's label after the state's text."""
+    """A causal LM that scores each choice's label after the state's text.
+
+    Registered with ``fresh_base``: trained without a ``base`` it starts from a fresh
+    ``tackroom model init``, which the fitting layer (:func:`tackroom.delegation.training.
+    train_model`) makes and passes in, since that initialiser sits above the runner.
+    """
 
     kind = "lm"
 
@@ -470,7 +492,7 @@ class LMModel:
             return []
         encoded = self._encode(point)
         self.model.eval()
-        with torch.no_grad(), _torch_threads(self.threads):
+        with torch.no_grad(), torch_threads(self.threads):
             s = torch.cat([self.scores(encoded[i:i + self.batch])
                            for i in range(0, len(encoded), self.batch)])
         return _softmax(s.double().numpy())
@@ -488,6 +510,25 @@ class LMModel:
             "kind": self.kind, "format": FORMAT, "max_len": self.max_len,
             "score": self.score, "threads": self.threads, "context": "context_text/1",
             "info": self.info})
+
+    @classmethod
+    def train(cls, examples: list[Example], seed: int, **options: Any) -> LMModel:
+        """Fine-tune the model directory ``options["base"]`` on checked examples.
+
+        Options: ``base`` (required here; :func:`tackroom.delegation.training.train_model`
+        makes a fresh one when none is given), ``epochs``, ``lr``, ``max_len``, ``batch``,
+        ``score``, ``threads``, ``weight_decay``; ``size`` and ``base_label`` say how a
+        fresh base was made (recorded in ``info["base"]``).
+        """
+        opts = _options("lm", options, {"base": None, "size": "tiny", "base_label": None,
+                                        "epochs": 3, "lr": 1e-3, "max_len": 192, "batch": 8,
+                                        "score": "mean", "threads": 2, "weight_decay": 0.0})
+        return train_lm(cls, examples, seed, opts)
+
+    @classmethod
+    def load(cls, path: Path, meta: dict[str, Any], where: str) -> LMModel:
+        """Load model and tokenizer with local files only."""
+        return cls.from_dir(path, meta, where)
 
     @classmethod
     def from_dir(cls, path: Path, meta: dict[str, Any], where: str) -> LMModel:
@@ -551,18 +592,14 @@ def load_model(path: str | Path, *, expected_hash: str | None = None) -> Decisio
     if not isinstance(meta, dict):
         raise ConfigError(f"{DECISION_FILE} is not an object", where, fix)
     kind = meta.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or not has("decision_model", kind):
         raise ConfigError(f"unknown decision model kind {kind!r}", where,
-                          f"kinds: {', '.join(KINDS)}")
+                          f"kinds: {choices('decision_model')}")
     if meta.get("format") != FORMAT:
         raise ConfigError(f"decision model format {meta.get('format')!r}; this tackroom "
                           f"reads format {FORMAT}", where, fix)
     try:
-        if kind == "logistic":
-            return LogisticModel.from_meta(meta, where)
-        if kind == "gbm":
-            return GBMModel.from_dir(root, meta, where)
-        return LMModel.from_dir(root, meta, where)
+        return get("decision_model", kind).load(root, meta, where)
     except ConfigError:
         raise
     except Exception as e:  # any library's failure on bad files becomes one clear line
