@@ -72,20 +72,14 @@ Choices, and why:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
-import os
 import secrets
-import socket
-import stat
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import h11
 
 from tackroom.core.episode import Turn
 from tackroom.core.errors import (
@@ -95,18 +89,25 @@ from tackroom.core.errors import (
     TackroomError,
 )
 from tackroom.core.policy import Policy, PolicyRequest, Sampling
-from tackroom.gateway.http11 import BodyBudget, Gone, HttpConnection, Reply, error_reply
-from tackroom.gateway.wire import (
+from tackroom.wire import (
+    MAX_BODY,
+    READ_TIMEOUT,
+    ApiError,
     ChatCall,
+    HttpServer,
+    Limits,
+    Reply,
+    Request,
+    Shape,
     completion_body,
     dumps,
-    fixed_calls,
+    error_reply,
+    from_response,
     loads,
     parse_chat,
     sse_events,
     stream_chunks,
 )
-from tackroom.serve import MAX_BODY, READ_TIMEOUT, ApiError
 
 __all__ = ["BUDGET_STATUS", "DEFAULT_MODEL_NAME", "BudgetExhausted", "ModelGateway", "Route"]
 
@@ -114,9 +115,10 @@ log = logging.getLogger("tackroom.gateway")
 
 #: The model name ``/v1/models`` lists unless the gateway is given another.
 DEFAULT_MODEL_NAME = "tackroom"
-#: Open connections at most; past it a new one gets 503 and is closed.
-MAX_CONNECTIONS = 512
-LISTEN_BACKLOG = 1024
+#: Connections per open route in the default ceiling (see :attr:`ModelGateway.capacity`).
+CONNECTIONS_PER_ROUTE = 4
+#: Connections the ceiling allows with no route open (health checks, start-up).
+BASE_CONNECTIONS = 256
 #: Request-body bytes held by all connections at once, by default (see ``BodyBudget``).
 MAX_BUFFERED = 256 * 2**20
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
@@ -194,42 +196,70 @@ class ModelGateway:
         read_timeout: seconds a connection may stay idle between requests, and
             seconds a started request has to arrive whole (408 then); also how
             long a reply may wait for a client that does not read it.
-        max_connections: open connections at most (503 past it).
-        max_buffered: request-body bytes all connections may hold at once (503
-            past it); by default the larger of 256 MiB and 32 bodies of ``max_body``
-            (never less than one body).
+        max_connections: open connections at most; by default a share per open
+            route (:attr:`capacity`), within the process's file-descriptor limit.
+            At the ceiling the gateway stops accepting (clients wait) and closes
+            idle connections, unauthenticated ones first.
+        max_buffered: request-body bytes all connections may hold at once (a body
+            that does not fit waits; 503 after ``read_timeout``); by default the
+            larger of 256 MiB and 32 bodies of ``max_body`` (never less than one body).
+        limits: the admission limits (unauthenticated and per-route connections,
+            :class:`~tackroom.wire.Limits`); ``max_connections`` overrides its ceiling.
     """
 
     def __init__(self, policy: Policy, *, host: str = "127.0.0.1", port: int = 0,
                  unix_socket: str | Path | None = None, model_name: str = DEFAULT_MODEL_NAME,
                  max_body: int = MAX_BODY, read_timeout: float = READ_TIMEOUT,
-                 max_connections: int = MAX_CONNECTIONS,
-                 max_buffered: int | None = None) -> None:
-        if int(max_body) < 1 or float(read_timeout) <= 0 or int(max_connections) < 1:
+                 max_connections: int | None = None, max_buffered: int | None = None,
+                 limits: Limits | None = None) -> None:
+        if int(max_body) < 1 or float(read_timeout) <= 0 or \
+                (max_connections is not None and int(max_connections) < 1):
             raise ConfigError(f"bad settings (max_body={max_body}, read_timeout="
                               f"{read_timeout}, max_connections={max_connections})",
                               "gateway", "use max_body >= 1, read_timeout > 0, "
                               "max_connections >= 1")
         self.policy = policy
-        self.host = host
-        self.port = int(port)
-        self.unix_socket = Path(unix_socket) if unix_socket is not None else None
         self.model_name = model_name or DEFAULT_MODEL_NAME
         self.max_body = int(max_body)
         self.read_timeout = float(read_timeout)
-        self.max_connections = int(max_connections)
         if max_buffered is None:
             max_buffered = max(32 * self.max_body, MAX_BUFFERED)
-        self._budget = BodyBudget(max(int(max_buffered), self.max_body))
+        limits = limits or Limits()
+        if max_connections is not None:
+            limits.max_connections = int(max_connections)
         self.created = int(time.time())
         self._routes: dict[bytes, Route] = {}  # open routes, by their token's SHA-256
         self._closed_routes: set[bytes] = set()  # closed ones: the digest is all that is kept
-        self._servers: list[asyncio.AbstractServer] = []
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._http = HttpServer(self._dispatch, host=host, port=port, unix_socket=unix_socket,
+                                max_body=self.max_body, read_timeout=self.read_timeout,
+                                max_buffered=max_buffered, limits=limits,
+                                capacity=self.capacity, where="gateway")
         self._started = False
         self._closed = False
 
     # ------------------------------------------------------------------ life
+    @property
+    def host(self) -> str:
+        return self._http.host
+
+    @property
+    def port(self) -> int:
+        """The TCP port (the one picked, once started with ``port=0``)."""
+        return self._http.port
+
+    @property
+    def unix_socket(self) -> Path | None:
+        return self._http.unix_socket
+
+    @property
+    def max_connections(self) -> int:
+        """Open connections at most, now (grows with the routes open, by default)."""
+        return self._http.ceiling
+
+    def capacity(self) -> int:
+        """The default ceiling on connections: a share per episode in flight (open route)."""
+        return BASE_CONNECTIONS + CONNECTIONS_PER_ROUTE * len(self._routes)
+
     @property
     def base_url(self) -> str:
         """``http://127.0.0.1:PORT/v1``: the root an OpenAI client takes as ``base_url``."""
@@ -245,29 +275,7 @@ class ModelGateway:
             return self
         if self._closed:
             raise RuntimeError("this gateway was closed; make a new one")
-        try:
-            tcp = await asyncio.start_server(self._connection, self.host, self.port,
-                                             backlog=LISTEN_BACKLOG)
-        except OSError as e:
-            raise ConfigError(f"cannot listen on {self.host}:{self.port} ({e.strerror or e})",
-                              "gateway", "pick another port, or stop what is using it") from None
-        self._servers.append(tcp)
-        self.port = int(tcp.sockets[0].getsockname()[1])
-        if self.unix_socket is not None:
-            try:
-                _clear_stale_socket(self.unix_socket)
-                unix = await asyncio.start_unix_server(self._connection, str(self.unix_socket),
-                                                       backlog=LISTEN_BACKLOG)
-            except (OSError, ConfigError) as e:
-                tcp.close()
-                self._servers.clear()
-                if isinstance(e, ConfigError):
-                    raise
-                raise ConfigError(f"cannot listen on Unix socket {self.unix_socket} "
-                                  f"({e.strerror or e})", "gateway",
-                                  "use a short path (under 108 bytes) in a writable "
-                                  "directory") from None
-            self._servers.append(unix)
+        await self._http.start()
         self._started = True
         return self
 
@@ -276,20 +284,7 @@ class ModelGateway:
         if self._closed:
             return
         self._closed = True
-        for srv in self._servers:
-            srv.close()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        for srv in self._servers:
-            with contextlib.suppress(Exception):
-                await srv.wait_closed()
-        if self.unix_socket is not None and self._started:
-            with contextlib.suppress(OSError):
-                if stat.S_ISSOCK(os.lstat(self.unix_socket).st_mode):
-                    os.unlink(self.unix_socket)
-        self._servers.clear()
+        await self._http.aclose()
 
     async def __aenter__(self) -> ModelGateway:
         return await self.start()
@@ -343,48 +338,16 @@ class ModelGateway:
     @property
     def open_connections(self) -> int:
         """Client connections open now (TCP and Unix socket)."""
-        return len(self._tasks)
+        return len(self._http.connections)
 
     @property
     def buffered_bytes(self) -> int:
         """Request-body bytes held now, across connections (bounded by ``max_buffered``)."""
-        return self._budget.used
-
-    # ------------------------------------------------------------ connection
-    async def _connection(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            if self._closed:
-                return
-            http = HttpConnection(reader, writer, self._dispatch, max_body=self.max_body,
-                                  read_timeout=self.read_timeout, budget=self._budget)
-            if len(self._tasks) > self.max_connections:
-                e = ApiError(503, f"the gateway has {self.max_connections} open connections; "
-                                  "close some and retry")
-                await http.send(error_reply(e, close=True))
-                return
-            await http.serve()
-        except (Gone, ConnectionError, TimeoutError, h11.ProtocolError):
-            pass
-        except asyncio.CancelledError:
-            if not self._closed:
-                raise
-            # aclose() ends this connection: finish quietly (asyncio would log a
-            # cancelled client-connected callback as an error)
-        except Exception:  # noqa: BLE001 - a gateway bug must not take the server down
-            log.exception("gateway connection failed")
-        finally:
-            self._tasks.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1.0)
+        return self._http.budget.used
 
     # --------------------------------------------------------------- routing
-    async def _dispatch(self, method: str, target: bytes, headers: Any, body: bytes) -> Reply:
-        path = target.split(b"?", 1)[0].decode("latin-1").rstrip("/") or "/"
+    async def _dispatch(self, request: Request) -> Reply:
+        path, method = request.path, request.method
         try:
             allowed = _allowed(path)
             if allowed is None:
@@ -395,9 +358,10 @@ class ModelGateway:
                                headers={"Allow": ", ".join(allowed)})
             if path in _HEALTH_PATHS:
                 return Reply(200, b'{"status":"ok"}')
-            route = self._authorize(headers)
+            digest, route = self._authorize(request.headers)
+            request.connection.identify(digest.hex())
             if path in _CHAT_PATHS:
-                return await self._chat(route, body)
+                return await self._chat(route, request.body)
             return self._models(path)
         except ApiError as e:
             return error_reply(e)
@@ -405,7 +369,7 @@ class ModelGateway:
             log.exception("gateway request failed")
             return error_reply(ApiError(500, f"internal gateway error ({type(e).__name__})"))
 
-    def _authorize(self, headers: Any) -> Route:
+    def _authorize(self, headers: Any) -> tuple[bytes, Route]:
         token = None
         for name, value in headers:
             if name == b"authorization":
@@ -419,7 +383,7 @@ class ModelGateway:
         digest = _digest(token) if token else b""
         route = self._routes.get(digest)
         if route is not None:
-            return route
+            return digest, route
         if digest in self._closed_routes:
             raise ApiError(401, "this episode's route is closed; its token no longer works",
                            code="invalid_api_key")
@@ -460,24 +424,23 @@ class ModelGateway:
         if route.closed:
             raise ApiError(401, "this episode's route was closed while the model answered",
                            code="invalid_api_key")
-        calls = fixed_calls(list(response.tool_calls))
+        reply = from_response(response, logprobs=call.logprobs)
         route.turns.append(Turn(
             index=len(route.turns), messages=call.sent, raw_text=response.text,
-            tool_calls=[tc.to_dict() for tc in calls],
+            tool_calls=[tc.to_dict() for tc in reply.tool_calls],
             prompt_tokens=int(response.prompt_tokens),
             completion_tokens=int(response.completion_tokens),
             token_ids=response.token_ids, logprobs=response.logprobs,
             adapter=response.adapter, t_policy=t_policy))
         route.requested.append(call.requested)
         route.tools.append(call.tools)
+        shape = Shape(self.model_name, include_usage=call.include_usage,
+                      token_ids=call.logprobs or call.token_ids)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if call.stream:
-            chunks = stream_chunks(response, calls, call, model=self.model_name,
-                                        rid=rid, created=created)
-            return Reply(200, sse_events(chunks), content_type=b"text/event-stream",
-                          stream=True)
-        return Reply(200, dumps(completion_body(
-            response, calls, call, model=self.model_name, rid=rid, created=created)))
+            return Reply(200, sse_events(stream_chunks(reply, shape, rid=rid, created=created)),
+                         content_type=b"text/event-stream", stream=True)
+        return Reply(200, dumps(completion_body(reply, shape, rid=rid, created=created)))
 
     def _failed(self, route: Route, call: ChatCall, e: Exception,
                 t_policy: float) -> ApiError:
@@ -527,25 +490,3 @@ def _allowed(path: str) -> tuple[str, ...] | None:
             path.startswith(p + "/") for p in _MODELS_PATHS):
         return ("GET", "HEAD")
     return None
-
-
-def _clear_stale_socket(path: Path) -> None:
-    """Remove a socket file nothing listens on; refuse one in use, or any other file."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise ConfigError(f"{path} exists and is not a socket", "gateway",
-                          "give a path that does not exist yet")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.settimeout(1.0)
-        probe.connect(str(path))
-    except OSError:
-        os.unlink(path)  # stale: its server is gone
-        return
-    finally:
-        probe.close()
-    raise ConfigError(f"another server listens on {path}", "gateway",
-                      "stop it, or give another path")

@@ -47,15 +47,13 @@ so the tokens a model is trained on are the tokens it was given.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tackroom.core.policy import ToolCall
 from tackroom.harness.content import IMAGE_PLACEHOLDER, text_only  # noqa: F401 - re-exported
+from tackroom.wire.toolcalls import parse_tool_calls  # noqa: F401 - re-exported: the one reader
 
 PAD = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -142,46 +140,6 @@ def format_tool_call(name: str, arguments: Any) -> str:
                                                                    ensure_ascii=False)
     return ('<tool_call>\n{"name": ' + json.dumps(name, ensure_ascii=False)
             + ', "arguments": ' + args + "}\n</tool_call>")
-
-
-_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
-
-
-def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
-    """Split a reply into its free text and its ``<tool_call>`` blocks.
-
-    Never raises. A block whose JSON is malformed (or that the reply cut off
-    before ``</tool_call>``) becomes a call whose ``arguments`` is the raw
-    block text, and whose ``name`` is read from it when it can be; the
-    harness's parser then records why it cannot be run — the model's error,
-    kept as data. Call ids are derived from the reply, so the same reply gets
-    the same ids.
-    """
-    calls: list[ToolCall] = []
-    digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    for i, m in enumerate(_BLOCK.finditer(text)):
-        raw = m.group(1).strip()
-        call_id = f"call_{digest}_{i}"
-        try:
-            obj = json.loads(raw)
-        except (ValueError, RecursionError):
-            obj = None
-        if isinstance(obj, dict) and isinstance(obj.get("name"), str):
-            args = obj.get("arguments", obj.get("parameters", {}))
-            if args is None:
-                args = {}
-            args_s = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-            calls.append(ToolCall(call_id, obj["name"], args_s))
-            continue
-        name = _NAME.search(raw)
-        try:
-            name_s = json.loads(f'"{name.group(1)}"') if name else ""
-        except ValueError:
-            name_s = ""
-        calls.append(ToolCall(call_id, name_s, raw))
-    rest = _BLOCK.sub("", text).strip()
-    return rest, calls
 
 
 @contextlib.contextmanager
