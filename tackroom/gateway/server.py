@@ -56,13 +56,21 @@ Choices, and why:
   sent when the client asks ``logprobs`` (each token written ``token_id:N``, as
   vLLM's ``--return-tokens-as-token-ids`` does) or ``return_token_ids``.
 * **The client is untrusted** (an agent in a sandbox can talk to the socket), so
-  nothing it sends can crash the gateway or get a traceback: bodies over
-  ``max_body`` get 413 before they are read, headers over 16 KiB 431, a request
-  that does not arrive within ``read_timeout`` 408 (an idle connection is simply
-  closed), a client that does not read its reply is cut off after
-  ``read_timeout``, connections past ``max_connections`` get 503, and so does a
-  body that would make the bodies held at once pass ``max_buffered``; every answer
-  on every path and method is OpenAI's JSON error shape (400/401/404/405).
+  nothing it sends can crash the gateway or get a traceback. The HTTP rules are
+  :mod:`tackroom.wire`'s, shared with ``tackroom serve``: strict framing (a
+  request whose end is in doubt is a 400 and the connection closes), bodies
+  over ``max_body`` get 413 before they are read, heads over 16 KiB 431, a
+  request that does not arrive within ``read_timeout`` 408, a client that does
+  not read its reply is cut off; every answer on every path and method is
+  OpenAI's JSON error shape (400/401/404/405).
+* **One client cannot starve the routes.** A connection counts as its route's
+  once a request on it carries the route's token; until then it is
+  unauthenticated: limited per peer and in all, and closed after 5 s idle (or
+  sooner, for a newcomer). The connection ceiling is a share per open route
+  (:attr:`ModelGateway.capacity`), so it follows the episodes in flight; at the
+  ceiling the gateway stops accepting (clients wait in the listen backlog) and
+  closes idle connections, and a body that does not fit ``max_buffered`` waits:
+  legitimate calls are delayed, not refused.
   Backend failures are 503 (``InfraError``: transient, the client may retry) or
   502 (anything else) with a generic message — the details (backend URL, model)
   go to ``route.errors``, not to the agent. A prompt over the model's context is
