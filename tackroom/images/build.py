@@ -151,7 +151,7 @@ def ensure_base(spec: BaseSpec, progress: Progress | None = None) -> Image:
             raise InfraError("mmdebstrap is not installed", "task environment",
                              "apt-get install mmdebstrap (make setup does it)")
         started = time.monotonic()
-        shutil.rmtree(entry, ignore_errors=True)
+        _clear(entry)
         entry.mkdir(parents=True)
         layer = entry / "layer"
         packages = sorted({"ca-certificates", *spec.packages})
@@ -166,6 +166,24 @@ def ensure_base(spec: BaseSpec, progress: Progress | None = None) -> Image:
         image = Image(key, (layer,), dict(spec.env), "/", "root",
                       (spec.note,) if spec.note else ())
         return _finish(entry, image, "base", started)
+
+
+def _clear(entry: Path) -> None:
+    """Remove what an unfinished build left at ``entry``, mounts included: a build killed
+    mid-way (mmdebstrap's ``/proc``, a step's overlay) leaves them behind, and they would
+    make every later build of it fail."""
+    prefix = str(entry) + "/"
+    try:
+        with open("/proc/self/mounts") as f:
+            points = [line.split()[1].replace("\\040", " ") for line in f]
+    except OSError:
+        points = []
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        unmount(Path(point))  # lazily, innermost first
+    shutil.rmtree(entry, ignore_errors=True)
+    if entry.exists():
+        raise InfraError("an unfinished build's directory cannot be removed", str(entry),
+                         "remove it by hand (after unmounting what is mounted below it)")
 
 
 # -- the task ---------------------------------------------------------------------------------
@@ -243,7 +261,7 @@ def _build_layer(entry: Path, lowers: Sequence[Path], steps: Sequence[Step],
 
     ``binds`` (host path, path inside, read-only) are mounted for the steps only.
     """
-    shutil.rmtree(entry, ignore_errors=True)
+    _clear(entry)
     work = entry / "building"
     upper, scratch = work / "upper", work / "work"
     for d in (upper, scratch):

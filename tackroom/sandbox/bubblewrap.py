@@ -377,18 +377,18 @@ class BubblewrapSandbox(ProcessSandbox):
         return args + inner
 
     def popen(self, argv: list[str], env: Mapping[str, str] | None = None,
-              **kwargs: object) -> subprocess.Popen:
+              **kwargs: Any) -> subprocess.Popen:
         """Start ``argv`` in the sandbox in its own process group (kill it with :func:`kill`)."""
         if self._closed:
             raise InfraError("sandbox is closed", str(self.workdir))
         if self._userns_fd >= 0:
-            kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), self._userns_fd)  # type: ignore[misc]
+            kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), self._userns_fd)
         if self.netns is not None:
             kwargs["preexec_fn"] = functools.partial(enter_netns, self.netns)
         return subprocess.Popen(  # noqa: S603 - argv is built here, never through a shell
             self.argv(argv, env), cwd=self.workdir,
             env=self._env(env) if self.unsafe_local else {"PATH": SANDBOX_PATH},
-            start_new_session=True, **kwargs)  # type: ignore[arg-type]
+            start_new_session=True, **kwargs)
 
     def _started(self, code: int, stdout: str, stderr: str) -> None:
         if not self.unsafe_local and code == 1 and stderr.startswith("bwrap:") and not stdout:

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 from tackroom.core.errors import TackroomError
 
@@ -123,7 +123,7 @@ class Sandbox(Protocol):
         """Release the sandbox, keeping what its commands wrote to the task directory."""
         ...
 
-    def __enter__(self) -> Sandbox: ...
+    def __enter__(self) -> Self: ...
 
     def __exit__(self, *exc: object) -> None: ...
 

@@ -22,6 +22,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from tackroom.core.errors import InfraError
 from tackroom.core.registry import register
@@ -190,11 +191,11 @@ class DockerSandbox(ProcessSandbox):
         return self.container.exec_argv(timed, self._env(env), self.cwd)
 
     def popen(self, argv: list[str], env: Mapping[str, str] | None = None,
-              **kwargs: object) -> subprocess.Popen:
+              **kwargs: Any) -> subprocess.Popen:
         if self._closed:
             raise InfraError("sandbox is closed", self.container.name)
         return subprocess.Popen(self.argv(argv, env), cwd=self.workdir,  # noqa: S603
-                                start_new_session=True, **kwargs)  # type: ignore[arg-type]
+                                start_new_session=True, **kwargs)
 
     def run(self, command: str, *, timeout_s: float | None = None, stdin: str | None = None,
             env: Mapping[str, str] | None = None) -> CommandResult:

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from tackroom.sandbox.contract import CommandResult, Limits
 
@@ -79,7 +79,7 @@ class ProcessSandbox:
         """Best-effort: which limit a finished command ran into, from its traces."""
         return limit_in_output(code, stderr)
 
-    def __enter__(self) -> ProcessSandbox:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -309,12 +309,14 @@ class TerminalEnv:
                         disk_mb=self.td.disk_mb)
         binds = {"/tests": tests, "/logs": logs}
         self._localize_dir(tests, binds)
-        slide = self.root is not None and self.prepared is not None and not self._services
+        # On a built tree without services, the tests' layer is slid in for the tests only.
+        slide = (self.root, self.prepared) if not self._services else (None, None)
         if self.root is not None and self.prepared is not None:
             for name, text in self.prepared.scripts.items():  # installs done at build time
                 (tests / name).write_text(text)
-        if slide:
-            self.root.remount(self.prepared.verify.layers)
+        root, prepared = slide
+        if root is not None and prepared is not None:
+            root.remount(prepared.verify.layers)
         if self.container is not None:
             self._install_test_tools(tests)
         try:
@@ -324,8 +326,8 @@ class TerminalEnv:
                               env={**self._env(),
                                    **not_found_env(self._local(f"/logs/{MISSING_LOG}", binds))})
         finally:
-            if slide:
-                self.root.remount(self.prepared.image.layers)
+            if root is not None and prepared is not None:
+                root.remount(prepared.image.layers)
         # What the script could not run decides before its reward: a verifier that judged
         # nothing may have written any number.
         missing = not_found(logs, res)
@@ -358,9 +360,9 @@ class TerminalEnv:
             proc = box.popen(list(svc.argv), {**self._env(), **svc.env},
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
             self._services.append((svc, box, proc, log))
-        for svc, _box, proc, _log in self._services:
+        for svc, _box, started, _log in self._services:
             for port in svc.ports:
-                self._wait_for(svc, proc, port)
+                self._wait_for(svc, started, port)
 
     def _wait_for(self, svc: Service, proc: subprocess.Popen | None, port: int) -> None:
         assert self.sandbox is not None and self._tmp is not None

@@ -154,9 +154,9 @@ def _import_one(src: Path, store: Path, builtin: frozenset[str], check: bool,
         oracle = td.solution is not None
         chosen = provider(sandbox)
         docker = chosen.runs_images and td.dockerfile is not None  # it runs the image itself
-        reason = check_supported(td, docker=docker)
-        if reason is not None:
-            return ImportResult(task_id, src, False, reason)
+        unsupported = check_supported(td, docker=docker)
+        if unsupported is not None:
+            return ImportResult(task_id, src, False, unsupported)
         environment, log = ("on first use" if td.builds else ""), None
         if check:
             if docker:
@@ -169,10 +169,10 @@ def _import_one(src: Path, store: Path, builtin: frozenset[str], check: bool,
                                         + e.line().replace(str(staged), str(src)))
                 environment = "built" if prepared.built else "cached"
                 log = prepared.image.log
-            reason = _check(td, sandbox)
-            if reason is not None:
+            failed = _check(td, sandbox)
+            if failed is not None:
                 return ImportResult(task_id, src, False,
-                                    "check failed: " + reason.replace(str(staged), str(src)),
+                                    "check failed: " + failed.replace(str(staged), str(src)),
                                     environment=environment, log=log)
         dest = store / task_id
         if dest.exists():

@@ -87,7 +87,8 @@ class ShellSession:
             raise InfraError(f"cannot start the shell session: {e}", "terminal") from e
         self._raw = bytearray()
         self._scan = 0
-        self.busy, self.busy_since, self.last_exit = True, time.monotonic(), None
+        self.busy, self.busy_since = True, time.monotonic()
+        self.last_exit: int | None = None
         self._pump(time.monotonic() + 20.0, want_prompt=True)
         if self.busy:
             self.close()
@@ -115,7 +116,8 @@ class ShellSession:
     def _markers(self) -> None:
         """Update busy/ready from the markers that arrived since the last scan."""
         region = bytes(self._raw[self._scan:])
-        events = [(m.start(), "S", None) for m in re.finditer(re.escape(_START), region)]
+        events: list[tuple[int, str, int | None]] = [
+            (m.start(), "S", None) for m in re.finditer(re.escape(_START), region)]
         events += [(m.start(), "R", int(m.group(1))) for m in _READY.finditer(region)]
         for _pos, kind, code in sorted(events):
             if kind == "S":
