@@ -23,6 +23,8 @@ pytest.importorskip("torch")
 
 import torch  # noqa: E402
 
+from tackroom.app.training import train  # noqa: E402
+from tackroom.core.errors import ConfigError  # noqa: E402
 from tackroom.core.policy import Sampling  # noqa: E402
 from tackroom.harness.spec import load_harness  # noqa: E402
 from tackroom.models import init_model  # noqa: E402
@@ -319,6 +321,23 @@ def test_critic_options_each_train_and_v_s_e_reads_the_harness(env, tmp_path, cr
     head.load_state_dict(state)
     h = torch.randn(1, emb.shape[1])
     assert head(h, torch.tensor([0])).item() != head(h, torch.tensor([1])).item()
+
+
+def test_in_run_evaluation_is_the_evaluate_function_the_app_passes(env, tmp_path):
+    overrides = ("optim.steps=1", "grouping.group_size=2", "data.tasks_per_step=1",
+                 "lora.rank=4", "lora.alpha=8", "eval.tasks=focus-text", "eval.seeds=2")
+    with RecordStore(env["db"]) as store:
+        # The trainer sits below the app: without an evaluate function [eval] is refused.
+        with pytest.raises(ConfigError, match=r"\[eval\] asks for evaluation"):
+            run_rl(_cfg(env, tmp_path / "bare", *overrides), store, "bare", threads=1)
+        result = train(_cfg(env, tmp_path / "ev", *overrides), store=store, run_id="ev",
+                       threads=1)
+        rows = store.query("SELECT policy, task, seed FROM episodes WHERE run_id = 'ev-eval'",
+                           [])
+    # tackroom.evaluate played the held-out seeds with the final weights, recorded apart.
+    assert result.eval["eval/step"] == 1.0 and 0.0 <= result.eval["eval/success"] <= 1.0
+    assert {(r["policy"], r["task"]) for r in rows} == {("train:ev-step-1", "toy/focus-text")}
+    assert sorted(r["seed"] for r in rows) == [EVAL_SEED_BASE, EVAL_SEED_BASE + 1]
 
 
 def test_turns_record_the_weight_version_and_checkpoints_carry_it(env, tmp_path):
