@@ -273,7 +273,19 @@ def test_bad_self_hpo_configs_are_one_clear_line(env, tmp_path):
     assert "steps_per_round" in p.stdout + p.stderr
     arms = selfhpo_toml(env, tmp_path / "arms.toml")
     arms.write_text(arms.read_text().replace("seed = 0", 'seed = 0\narms = ["alternate", "x"]'))
-    with pytest.raises(ConfigError, match="arms must be"):
+    with pytest.raises(ConfigError, match="arms = .* must be a non-empty list"):
         SelfHPOConfig.from_toml(arms)
     with pytest.raises(ConfigError, match="no Self-HPO run"):
         self_hpo(store=tmp_path / "y.duckdb", run_id="shpo-nope", resume_run=True)
+
+
+def test_the_docs_key_table_is_the_settings() -> None:
+    """docs/optimize.md lists exactly SelfHPOConfig's keys, with their defaults (generated)."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "optimize.md").read_text()
+    start, end = "<!-- settings:SelfHPOConfig -->\n", "<!-- /settings:SelfHPOConfig -->"
+    table = doc.split(start, 1)[1].split(end, 1)[0]
+    assert table == SelfHPOConfig.key_table(), (
+        "docs/optimize.md's key table is stale: paste SelfHPOConfig.key_table() between "
+        "the markers")
+    assert "| `selfhpo.proposer` | \"self\" |" in table
+

@@ -489,9 +489,12 @@ def _audit(loop: _Loop, entries: dict[str, dict[str, Any]]) -> AuditResult:
 
 
 def _rule(name: str, threshold: float) -> Any:
-    """The acceptance rule ``name`` (tackroom.optimize.acceptance), its threshold bound."""
+    """The acceptance rule ``name`` (tackroom.optimize.acceptance), the config's threshold
+    bound when the rule is registered as taking one."""
+    from tackroom.core.registry import entry
     from tackroom.optimize.acceptance import get_rule
 
     where = "[optimize] acceptance"
-    return (get_rule(name, where=where, threshold=threshold) if name == "threshold"
-            else get_rule(name, where=where))
+    found = entry("acceptance", name, where=where)
+    return get_rule(found.obj, threshold=threshold) if found.meta.get("takes_threshold") \
+        else found.obj

@@ -349,10 +349,12 @@ def read_self_hpo(store: RecordStore, run_id: str) -> dict[str, Any]:
         raise ConfigError(f"Self-HPO run {run_id!r} has not finished", "report",
                           f"finish it first: tackroom self-hpo --resume {run_id}")
     cfg = (store.run(run_id) or {}).get("config", {}).get("selfhpo", {})
+    # Settings are recorded by section; runs recorded before kept them flat.
+    rounds = int((cfg.get("selfhpo") or cfg).get("rounds", 0))
     lineage: dict[str, list[dict[str, Any]]] = {}
     for arm in [a for a in ARMS if a in final["finals"]]:
         rows = []
-        for r in range(int(cfg.get("rounds", 0))):
+        for r in range(rounds):
             h, p = entries.get(f"harness:{arm}:{r}"), entries.get(f"policy:{arm}:{r}")
             m = entries[f"measure:{arm}:{r}"]
             rows.append({"round": r, "accepted": h["accepted"] if h else None,

@@ -40,13 +40,15 @@ an arm that trains gets ``steps_per_round`` updates per round (:func:`arm_budget
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from tackroom.app.limits import seed_list
-from tackroom.app.optimize_config import FlatSettings, OptimizeConfig, read_sections
+from tackroom.app.optimize_config import LoopSettings, OptimizeConfig, read_sections
 from tackroom.core.errors import ConfigError
+from tackroom.core.registry import names
+from tackroom.core.settings import setting
 
 __all__ = ["ARMS", "ArmBudget", "LOOP_SET_KEYS", "SelfHPOConfig", "arm_budget"]
 
@@ -77,78 +79,111 @@ class ArmBudget:
 
 
 @dataclass
-class SelfHPOConfig(FlatSettings):
-    """One Self-HPO run's settings (see the module docstring for the file)."""
+class SelfHPOConfig(LoopSettings):
+    """One Self-HPO run's settings (see the module docstring for the file).
 
-    suite: str = "toy"
-    harness: str = "som-tools"
-    model: str = ""
-    adapter: str = ""
-    tasks: list[str] = field(default_factory=list)
-    held_out: list[str] = field(default_factory=list)
-    arms: list[str] = field(default_factory=lambda: list(ARMS))
-    rounds: int = 2
-    candidates: int = 3
-    steps_per_round: int = 4
-    proposer: str = "self"
-    acceptance: str = "greedy"
-    threshold: float = 0.0
-    seed: int = 0
-    concurrency: int = 0
-    base_url: str | None = None
-    train: str = "0-9"
-    dev: str = "100-119"
-    test: str = "1000000-1000049"
-    temperature: float = 0.0
-    max_tokens: int = 256
+    ``rl`` is the file's ``[train]`` table: RLConfig's own sections, read by
+    :meth:`rl_config` (and checked there), so it is no key of this class.
+    """
+
+    SECTIONS = ("selfhpo", "splits", "sampling")
+    LABEL = "SelfHPOConfig"
+    DOCS = "docs/optimize.md"
+    SEED_KEYS = ("train", "dev", "test")
+
+    suite: str = setting("toy", "selfhpo", "the suite")
+    harness: str = setting("som-tools", "selfhpo", "H_0: a harness name or .toml path")
+    model: str = setting("", "selfhpo", "π_0: a local checkpoint directory (hf)")
+    adapter: str = setting("", "selfhpo", "π_0's LoRA adapter on that model, if any")
+    tasks: list[str] = setting(None, "selfhpo", "task patterns", factory=list)
+    held_out: list[str] = setting(None, "selfhpo", "harnesses no arm sees until the sealed "
+                                  "evaluation", factory=list)
+    arms: list[str] = setting(None, "selfhpo", "Self-HPO and the two halves alone",
+                              factory=lambda: list(ARMS))
+    rounds: int = setting(2, "selfhpo", "R rounds of each arm", bounds="[1, 100]", example="4")
+    candidates: int = setting(3, "selfhpo", "K harness edits proposed per round (harness "
+                              "phases)")
+    steps_per_round: int = setting(4, "selfhpo", "optimiser steps per round (policy phases)",
+                                   bounds="[1, 100000]", example="2")
+    proposer: str = setting("self", "selfhpo", "self (π_r proposes), scripted, seeds, or a "
+                            "policy spec")
+    acceptance: str = setting("greedy", "selfhpo", "the acceptance rule (as tackroom "
+                              "optimize; pareto keeps a front, a round trains on one)",
+                              choices=lambda: [n for n in names("acceptance") if n != "pareto"])
+    threshold: float = setting(0.0, "selfhpo", "(threshold) the dev gain an edit must show")
+    seed: int = setting(0, "selfhpo", "the run's seed (proposals, training)")
+    concurrency: int = setting(0, "selfhpo", "episodes at once (0: the suite's default)")
+    base_url: str | None = setting(None, "selfhpo", "the server of an openai: proposer")
+    train: str = setting("0-9", "splits", "seeds where failures are mined")
+    dev: str = setting("100-119", "splits", "seeds where edits are accepted, and the "
+                       "lineage's success per round")
+    test: str = setting("1000000-1000049", "splits", "sealed: only the final evaluation")
+    temperature: float = setting(0.0, "sampling", "the evaluations' and the proposer's "
+                                 "temperature", bounds=">= 0")
+    max_tokens: int = setting(256, "sampling", "completion tokens per turn",
+                              bounds="[1, 1000000]", example="16")
     rl: dict[str, Any] = field(default_factory=dict)
     source: str = "defaults"
 
-    def __post_init__(self) -> None:
-        w = self.source
+    def check_together(self) -> None:
         if not self.model:
-            raise ConfigError("no starting model", f"{w} [selfhpo] model",
+            raise ConfigError("no starting model", f"{self.where('model')} [selfhpo] model",
                               "name a local checkpoint directory, e.g. model = \"models/tiny\" "
                               "(tackroom model init, tackroom sft)")
-        if not isinstance(self.arms, list) or not self.arms or any(a not in ARMS
-                                                                   for a in self.arms):
-            raise ConfigError(f"arms must be a non-empty list of {', '.join(ARMS)}; got "
-                              f"{self.arms!r}", f"{w} [selfhpo] arms",
-                              'e.g. arms = ["alternate", "harness", "policy"]')
+        if not self.arms or any(a not in ARMS for a in self.arms):
+            raise self.fail("arms", f"must be a non-empty list of {', '.join(ARMS)}",
+                            'e.g. arms = ["alternate", "harness", "policy"]')
         if len(set(self.arms)) != len(self.arms):
-            raise ConfigError(f"an arm is named twice in {self.arms}", f"{w} [selfhpo] arms",
-                              "name each arm once")
-        if self.acceptance == "pareto":
-            raise ConfigError("the pareto rule keeps a front, and a round of Self-HPO trains "
-                              "under one harness", f"{w} [selfhpo] acceptance",
-                              "use greedy or threshold")
-        for name, lo, hi in (("rounds", 1, 100), ("steps_per_round", 1, 100_000)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-                raise ConfigError(f"{name} must be an integer from {lo} to {hi}, got {value!r}",
-                                  f"{w} [selfhpo] {name}", f"e.g. {name} = {lo * 2}")
-        if not isinstance(self.held_out, list):
-            raise ConfigError("held_out must be a list of harnesses", f"{w} [selfhpo] held_out",
-                              'e.g. held_out = ["html-cmd"]')
+            raise self.fail("arms", "names an arm twice", "name each arm once")
+        if not isinstance(self.rl, dict):
+            raise ConfigError("[train] must be a table of RLConfig sections",
+                              f"{self.source} [train]", "e.g. [train.algo]")
         for key in LOOP_SET_KEYS:
             section, name = key.split(".")
             if name in (self.rl.get(section) or {}):
                 raise ConfigError(f"[train.{section}] {name} is set by each round",
-                                  f"{w} [train.{section}]",
+                                  f"{self.source} [train.{section}]",
                                   f"remove it ({_LOOP_KEY_HELP.get(key, 'the loop sets it')})")
         # The harness half's settings, checked now (splits disjoint, acceptance known, …).
         self.optimize_config(self.harness, self.start_policy, 0)
         self.rl_config(model=self.model, adapter="", harness=self.harness, out_dir="/nonexistent",
                        seed=0)
 
+    # --------------------------------------------------------------------- I/O
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "config") -> Self:
+        """From a file's sections or a run's recorded settings: ``[train]`` (or, as runs
+        recorded before, ``rl``) is the RL table; a ``train`` that is text is the split."""
+        data = dict(data)
+        rl = data.pop("rl", None)
+        if isinstance(data.get("train"), Mapping):
+            rl = data.pop("train")
+        values, sources = cls._collect(cls._seeds_as_text(data), where)
+        values.update(rl=dict(rl or {}), source=where)
+        return cls._build(values, sources)
+
+    @classmethod
+    def from_toml(cls, path: str | Path | None = None, overrides: Sequence[str] = ()) -> Self:
+        """Read ``selfhpo.toml`` (``[selfhpo]``, ``[splits]``, ``[train]``, ``[sampling]``)."""
+        if path is None or overrides:
+            raise ConfigError("a Self-HPO run needs its selfhpo.toml (and takes no overrides)",
+                              "self-hpo", "e.g. tackroom self-hpo -c selfhpo.toml")
+        p = Path(path)
+        tables = read_sections(p, ("selfhpo", "splits", "train", "sampling"), "a selfhpo.toml")
+        unknown = sorted(set(tables["splits"]) - set(cls.SEED_KEYS))
+        if unknown:
+            raise ConfigError(f"unknown split {unknown[0]!r}", f"{p} [splits]",
+                              "use train, dev and test")
+        return cls.from_dict(tables, str(p))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Sectioned, with the RL table as ``train`` (what :meth:`from_dict` reads back)."""
+        return {**super().to_dict(), "train": self.rl}
+
     @property
     def start_policy(self) -> str:
         """π_0 as a policy spec (``hf:MODEL`` or ``hf:MODEL:ADAPTER``)."""
         return f"hf:{self.model}" + (f":{self.adapter}" if self.adapter else "")
-
-    def seeds(self, split: str) -> list[int]:
-        """The seeds of ``split`` (``train``, ``dev`` or ``test``)."""
-        return seed_list(getattr(self, split))
 
     # ------------------------------------------------------------------ budgets
     def budget(self, arm: str) -> ArmBudget:
@@ -185,23 +220,6 @@ class SelfHPOConfig(FlatSettings):
         data.setdefault("optim", {})["steps"] = self.steps_per_round
         data.setdefault("run", {}).update({"out_dir": out_dir, "seed": seed})
         return RLConfig.from_dict(data, f"{self.source} [train]")
-
-    # --------------------------------------------------------------------- I/O
-    @classmethod
-    def from_toml(cls, path: str | Path) -> SelfHPOConfig:
-        """Read ``selfhpo.toml`` (``[selfhpo]``, ``[splits]``, ``[train]``, ``[sampling]``)."""
-        p = Path(path)
-        tables = read_sections(p, ("selfhpo", "splits", "train", "sampling"), "a selfhpo.toml")
-        flat: dict[str, Any] = {"rl": tables.pop("train")}
-        for section, table in tables.items():
-            for key, value in table.items():
-                if section == "splits" and key not in ("train", "dev", "test"):
-                    raise ConfigError(f"unknown split {key!r}", f"{p} [splits]",
-                                      "use train, dev and test")
-                if section == "splits" and isinstance(value, list):
-                    value = ",".join(str(v) for v in value)
-                flat[key] = value
-        return cls.from_dict(flat, str(p))
 
 
 def arm_budget(cfg: SelfHPOConfig, arm: str) -> ArmBudget:

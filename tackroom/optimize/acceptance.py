@@ -8,7 +8,8 @@ A rule is a function over aligned per-candidate score vectors::
 cell, success 0/1); ``units[i]`` optionally labels it (the Pareto rule groups units
 by task with it). Every rule registers itself under the ``acceptance`` kind of
 :mod:`tackroom.core.registry`, which is what ``optimize.toml``'s ``acceptance``
-names; :func:`get_rule` looks one up. :func:`unit_scores` aligns recorded episodes
+names; :func:`get_rule` looks one up. A rule registered with ``takes_threshold=True``
+gets the config's ``threshold`` as its ``threshold`` argument. :func:`unit_scores` aligns recorded episodes
 into such vectors.
 
 The optimiser applies a rule at run time (:mod:`tackroom.app.optimization`); the
@@ -64,7 +65,8 @@ def accept_greedy(scores: Scores, baseline: Sequence[float], *,
 
 
 @register("acceptance", "threshold",
-          summary="every candidate whose mean gain exceeds `threshold`, best first")
+          summary="every candidate whose mean gain exceeds `threshold`, best first",
+          takes_threshold=True)
 def accept_threshold(scores: Scores, baseline: Sequence[float], threshold: float = 0.0, *,
                      units: Sequence[Any] | None = None) -> list[str]:
     """Every candidate whose mean gain over the baseline exceeds ``threshold`` (strictly),
