@@ -270,3 +270,19 @@ def test_config_rejects_an_unknown_proxy_in_one_line():
     c = RLConfig.from_dict({"data": {"reward": "proxy:near-miss", "verifier": True},
                             "critic": {"kind": "shared"}, "algo": {"algorithm": "grpo"}})
     assert c.verifier and c.critic == "shared"
+
+
+def test_a_suite_registered_proxy_is_a_reward_choice(monkeypatch):
+    from tackroom.core import registry
+    from tackroom.core.rewards import ProxyReward
+
+    # A scratch copy of the reward table: other tests see only the installed rewards.
+    registry.names("reward")
+    monkeypatch.setitem(registry._table, "reward", dict(registry._table["reward"]))
+    registry.register("reward", "proxy:zz-always", proxy=True)(ProxyReward(
+        "zz-always", lambda ep: 1.0, lambda ep: "any", ("any",), doc="test-only: pays 1"))
+    c = RLConfig.from_dict({"data": {"reward": "proxy:zz-always"}})
+    assert c.reward == "proxy:zz-always"
+    assert get_proxy("zz-always").labels == ("any",)
+    with pytest.raises(ConfigError, match="proxy:zz-always"):
+        get_proxy("nope")

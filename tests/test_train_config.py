@@ -195,3 +195,28 @@ def test_the_docs_key_table_is_the_settings() -> None:
     keys = [r.split("`")[1] for r in rows]
     assert keys == [RLConfig.key_of(n) for n in RLConfig.specs()]
     assert "| `algo.beta` | 0.0 |" in table and "| `lora.rank` (`lora_rank`) | 32 |" in table
+
+
+def test_a_registered_algorithm_is_a_choice_with_its_own_defaults(monkeypatch) -> None:
+    from tackroom.core import registry
+
+    # A scratch copy of the algorithm table: other tests see only the installed algorithms.
+    registry.names("algorithm")
+    monkeypatch.setitem(registry._table, "algorithm", dict(registry._table["algorithm"]))
+
+    @registry.register("algorithm", "zz_wide_clip", summary="a test-only loss",
+              defaults={"epsilon_low": 0.3, "epsilon_high": 0.5, "loss_agg": "token_mean",
+                        "scale_std": False}, per_token_advantages=False)
+    def wide(logp, old_logp, advantages, mask, **settings):  # pragma: no cover - not run
+        raise AssertionError("not called by config validation")
+
+    r = RLConfig.from_toml(None, ["algo.algorithm=zz_wide_clip"]).resolved()
+    assert (r.epsilon_low, r.epsilon_high, r.loss_agg, r.scale_std) == (0.3, 0.5, "token_mean",
+                                                                        False)
+    # Its meta says it takes one advantage per completion: a critic is refused, by name.
+    with pytest.raises(ConfigError) as e:
+        RLConfig.from_toml(None, ["algo.algorithm=zz_wide_clip", "critic.kind=shared"])
+    assert "sequence-level ZZ_WIDE_CLIP" in e.value.what and "gspo_token" in e.value.fix
+    with pytest.raises(ConfigError, match="zz_wide_clip"):
+        RLConfig.from_toml(None, ["algo.algorithm=nope"])  # the choices list it too
+    assert "zz_wide_clip" in registry.names("algorithm")
