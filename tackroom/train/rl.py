@@ -311,9 +311,12 @@ class _Trainer:
 
             self.vocab = harness_vocab(self.data.train_harnesses)
             hidden = int(self.engine.model.config.hidden_size)
-            self.head = make_value_head(c.critic, hidden, n_harnesses=len(self.vocab),
-                                        harness_embed=c.harness_embed,
-                                        mlp_hidden=c.value_hidden).to(self.device)
+            head = make_value_head(c.critic, hidden,  # type: ignore[arg-type]
+                                   n_harnesses=len(self.vocab),
+                                   harness_embed=c.harness_embed,  # type: ignore[arg-type]
+                                   mlp_hidden=c.value_hidden)
+            assert head is not None  # critic != "none"
+            self.head = head.to(self.device)
             self.engine.optimizer.add_param_group(
                 {"params": list(self.head.parameters()), "weight_decay": 0.0})
         # The reference for the KL term: the base without the adapter, or a frozen copy.

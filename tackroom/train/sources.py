@@ -189,9 +189,9 @@ class LocalRollouts(RolloutSource):
         assert suite is not None
         version = self.checkpoints.version
         sampling = Sampling(temperature=c.temperature, top_p=c.top_p, max_tokens=c.max_tokens)
-        common = dict(seed=c.seed, iteration=iteration, batch=batch,
-                      tasks_per_step=c.tasks_per_step, group_size=c.group_size,
-                      sampling=sampling)
+        common: dict[str, Any] = dict(seed=c.seed, iteration=iteration, batch=batch,
+                                      tasks_per_step=c.tasks_per_step,
+                                      group_size=c.group_size, sampling=sampling)
         if not self.ray:
             self.policy.id = f"train:{version}"
             self.policy.set_version(version)
