@@ -10,15 +10,14 @@ its optional extras (the ``web`` extra for MiniWoB++, say) only when a suite is 
 
 from __future__ import annotations
 
-import difflib
-import fnmatch
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from tackroom.core.errors import ConfigError, TaskNotFound
+from tackroom.core.errors import ConfigError
 from tackroom.core.registry import entry
-from tackroom.core.task import Suite, Task
+from tackroom.core.selection import select_tasks as select_tasks  # the one rule, in core
+from tackroom.core.task import Suite
 
 
 def get_suite(name: str, options: Mapping[str, Any] | None = None) -> Suite:
@@ -40,33 +39,3 @@ def get_suite(name: str, options: Mapping[str, Any] | None = None) -> Suite:
     return make(**opts)
 
 
-def select_tasks(suite: Suite, patterns: Sequence[str], where: str = "--tasks") -> list[Task]:
-    """The tasks of ``suite`` that ``patterns`` name, in suite order of first match.
-
-    A pattern is a task id, a glob (``click-*``), ``suite/id``, ``@expert``
-    (every task with a scripted expert) or ``@all``; no patterns means every
-    task. A pattern that matches nothing is :class:`TaskNotFound`, naming close
-    matches; ``where`` says which option or config key it came from.
-    """
-    tasks = suite.tasks()
-    if not patterns:
-        return tasks
-    by_id = {t.id: t for t in tasks}
-    chosen: dict[str, Task] = {}
-    for pat in patterns:
-        if pat == "@expert":
-            matched = [t for t in tasks if t.has_expert]
-        elif pat == "@all":
-            matched = tasks
-        else:
-            name = pat.split("/", 1)[1] if pat.startswith(suite.name + "/") else pat
-            matched = [t for t in tasks if fnmatch.fnmatchcase(t.id, name)]
-            if not matched:
-                close = difflib.get_close_matches(name, list(by_id), n=3)
-                hint = f"did you mean {', '.join(close)}?" if close else \
-                    f"see `tackroom tasks --suite {suite.name}`"
-                raise TaskNotFound(f"no task matches {pat!r} in suite {suite.name!r}",
-                                   where, hint)
-        for t in matched:
-            chosen.setdefault(t.id, t)
-    return list(chosen.values())
