@@ -118,7 +118,7 @@ def self_hpo_cmd(
         raise ConfigError("give --config FILE for a new run or --resume SHPO_RUN", "self-hpo",
                           "e.g. tackroom self-hpo -c selfhpo.toml")
     cfg = SelfHPOConfig.from_toml(config) if config is not None else None  # errors first
-    phases = [0, None]  # done, total
+    phases: list[int | None] = [0, None]  # done, total
 
     def progress(done: int, total: int) -> None:
         phases[:] = [done, total]
@@ -128,7 +128,7 @@ def self_hpo_cmd(
         result = self_hpo(cfg, store=db, run_id=resume, resume_run=resume is not None,
                           out_dir=out, on_note=bar.note, on_progress=progress,
                           on_step=lambda step, total, m: bar.update(
-                              phases[0], phases[1], f"training step {step}/{total}, success "
+                              phases[0] or 0, phases[1], f"training step {step}/{total}, success "
                               f"{m.get('success', float('nan')):.0%}"))
     from tackroom.report.terminal import self_hpo_tables
 

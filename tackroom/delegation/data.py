@@ -105,7 +105,8 @@ def split_by_episode(points: Sequence[RecordedPoint], validation: float = 0.25
     if not 0.0 < validation < 1.0:
         raise ConfigError(f"validation share {validation} must be between 0 and 1",
                           "--validation", "e.g. 0.25")
-    train, val = [], []
+    train: list[RecordedPoint] = []
+    val: list[RecordedPoint] = []
     for p in points:
         h = int(hashlib.sha256(f"{p.run_id}/{p.episode_id}".encode()).hexdigest()[:8], 16)
         (val if h / 0xFFFFFFFF < validation else train).append(p)

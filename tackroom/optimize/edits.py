@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tackroom.core.errors import HarnessError
 from tackroom.harness.spec import AgentHarness, HarnessSpec, Skill, load_harness, parse_harness
@@ -464,8 +464,9 @@ def _child_toml(parent: HarnessSpec, child: HarnessSpec, parent_ref: str,
             if changed:  # extends merges tables key by key: the changed keys are enough
                 out += ["", "[observation.options]"]
                 out += [f"{_key(k)} = {_value(v)}" for k, v in changed.items()]
-    old_d = parent.actions.get("descriptions") or {}
-    new_d = child.actions.get("descriptions") or {}
+    # ``[actions] descriptions`` is a table (HarnessSpec types ``actions`` loosely).
+    old_d = cast(dict[str, Any], parent.actions.get("descriptions") or {})
+    new_d = cast(dict[str, Any], child.actions.get("descriptions") or {})
     changed_d = {k: v for k, v in new_d.items() if old_d.get(k) != v}
     if changed_d:  # merged key by key too
         out += ["", "[actions.descriptions]"] + [f"{_key(k)} = {_value(v)}"

@@ -404,7 +404,9 @@ def _train_gbm(examples: list[Example], seed: int, **options: Any) -> GBMModel:
     except ImportError as e:
         raise ConfigError("the gbm decision model needs scikit-learn", "train decision model",
                           "pip install 'tackroom[delegation]'") from e
-    xs, ys, ws = [], [], []
+    xs: list[list[float]] = []
+    ys: list[int] = []
+    ws: list[float] = []
     for ex in examples:
         rows = point_features(ex.point)
         xs.extend(rows)
