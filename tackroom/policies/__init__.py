@@ -109,16 +109,6 @@ def _openai(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy
     return make_openai_policy(spec, **opts)
 
 
-@register("policy", "replay", form="replay:RUN_ID[:POLICY]", takes_argument=True)
-def _replay(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
-    """The actions a recorded run took, replayed turn by turn."""
-    from tackroom.policies.replay import ReplayPolicy
-    from tackroom.records import default_db
-
-    run_id, _, source = arg.partition(":")
-    return ReplayPolicy(run_id, db or default_db(), source or None)
-
-
 def backends() -> dict[str, Backend]:
     """Every registered policy backend, by kind (read from the registry when called)."""
     return {e.name: Backend.of(e) for e in entries("policy")}

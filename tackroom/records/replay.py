@@ -4,6 +4,10 @@ For each episode it finds the recorded episode of the source run with the
 same task, harness and seed, and answers turn *t* with that episode's turn
 *t* output. Useful to re-score recorded outputs under a changed parser or
 environment, and to test the pipeline without a model.
+
+It lives with the records, not with the other policy backends, because it is
+built from a record store: the policies layer stands below the records and
+must not read them.
 """
 
 from __future__ import annotations
@@ -11,14 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 from tackroom.core.errors import PolicyError
-from tackroom.core.policy import PolicyRequest, PolicyResponse, ToolCall
+from tackroom.core.policy import Policy, PolicyRequest, PolicyResponse, ToolCall
+from tackroom.core.registry import register
 
 
 class ReplayPolicy:
     """Replays the outputs recorded in ``run_id`` of the record store at ``db``."""
 
     def __init__(self, run_id: str, db: str, source_policy: str | None = None) -> None:
-        from tackroom.records import RecordStore
+        from tackroom.records.store import RecordStore
 
         self.id = f"replay:{run_id}" + (f":{source_policy}" if source_policy else "")
         self._turns: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
@@ -54,3 +59,12 @@ class ReplayPolicy:
 
     async def aclose(self) -> None:
         return None
+
+
+@register("policy", "replay", form="replay:RUN_ID[:POLICY]", takes_argument=True)
+def _replay(spec: str, arg: str, opts: dict[str, Any], db: str | None) -> Policy:
+    """The actions a recorded run took, replayed turn by turn."""
+    from tackroom.records.paths import default_db
+
+    run_id, _, source = arg.partition(":")
+    return ReplayPolicy(run_id, db or default_db(), source or None)
