@@ -26,10 +26,12 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time see __getattr__
         Report,
         Run,
         RunPlan,
+        describe_harness,
         diff_harnesses,
         evaluate,
         evaluate_sealed,
         export_run,
+        harness_catalogue,
         import_tasks,
         list_runs,
         list_tasks,
@@ -41,13 +43,15 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time see __getattr__
         seal,
         sft,
         train,
+        validate_harnesses,
     )
     from tackroom.app.delegation import bench_delegation, fit_delegation
     from tackroom.app.optimization import audit, optimize
     from tackroom.app.selfhpo import self_hpo
     from tackroom.core.policy import Sampling
 
-_API = ("HarnessDiff", "Report", "Run", "RunPlan", "diff_harnesses", "evaluate",
+_API = ("HarnessDiff", "Report", "Run", "RunPlan", "describe_harness", "diff_harnesses",
+        "evaluate", "harness_catalogue", "validate_harnesses",
         "evaluate_sealed", "export_run", "import_tasks", "list_runs", "list_tasks", "plan",
         "read_episode", "read_run", "report", "resume", "seal", "sft", "train")
 #: Name → the module it comes from.
@@ -57,7 +61,8 @@ _LAZY = {**{name: "tackroom.app" for name in _API}, "Sampling": "tackroom.core.p
          "bench_delegation": "tackroom.app.delegation"}
 
 __all__ = ["HarnessDiff", "Report", "Run", "RunPlan", "Sampling", "__version__", "audit",
-           "bench_delegation", "diff_harnesses", "evaluate", "evaluate_sealed", "export_run",
+           "bench_delegation", "describe_harness", "diff_harnesses", "evaluate", "harness_catalogue",
+           "validate_harnesses", "evaluate_sealed", "export_run",
            "fit_delegation", "import_tasks", "list_runs", "list_tasks", "read_episode",
            "read_run", "optimize", "plan", "report", "resume", "seal", "self_hpo", "sft",
            "train"]

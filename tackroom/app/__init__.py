@@ -33,7 +33,14 @@ from tackroom.app.evaluation import (
     plan_sealed,
     resume,
 )
-from tackroom.app.harnesses import HarnessDiff, SlotDiff, diff_harnesses
+from tackroom.app.harnesses import (
+    HarnessDiff,
+    SlotDiff,
+    describe_harness,
+    diff_harnesses,
+    harness_catalogue,
+    validate_harnesses,
+)
 from tackroom.app.records import Export, RunEpisodes, export_run, list_runs, read_episode, read_run
 from tackroom.app.reporting import Report, report
 from tackroom.app.runs import Run, new_run_id, resolve_run
@@ -42,7 +49,8 @@ from tackroom.app.tasks import TaskImport, import_tasks, list_tasks
 from tackroom.app.training import sft, train
 
 __all__ = ["Export", "HarnessDiff", "Report", "Run", "RunEpisodes", "RunPlan", "RunStart",
-           "SlotDiff", "TaskImport", "diff_harnesses", "evaluate", "evaluate_sealed", "execute",
+           "SlotDiff", "TaskImport", "describe_harness", "diff_harnesses", "harness_catalogue",
+           "validate_harnesses", "evaluate", "evaluate_sealed", "execute",
            "export_run", "import_tasks", "inexpressible_pairs", "list_runs", "list_tasks",
            "new_run_id", "parse_seeds", "plan", "plan_resume", "plan_sealed", "read_episode",
            "read_run", "report", "resolve_run", "resume", "seal", "sft", "train"]

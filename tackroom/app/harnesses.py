@@ -1,11 +1,94 @@
-"""Harness files from Python: how two harnesses differ, slot by slot (``tackroom harness diff``)."""
+"""Harness files from Python: the catalogue on the search path, one harness resolved, files
+checked, and how two harnesses differ slot by slot (``tackroom harness list|show|validate|diff``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from tackroom.harness.spec import HarnessSpec, load_harness
+from tackroom.core.errors import TackroomError
+from tackroom.harness.session import HarnessSession
+from tackroom.harness.spec import AgentHarness, HarnessSpec, list_harnesses, load_harness
+
+
+@dataclass(frozen=True)
+class HarnessEntry:
+    """One harness file on the search path: its spec, or why it does not load."""
+
+    name: str
+    path: Path
+    spec: HarnessSpec | None
+    error: TackroomError | None = None
+
+    @property
+    def summary(self) -> dict[str, str]:
+        """The slots a listing shows (renderer, interface, parser, loop), as text."""
+        h = self.spec
+        if h is None:
+            return {}
+        if isinstance(h, AgentHarness):  # a third-party CLI: its own renderer, parser and loop
+            return {"renderer": "(agent CLI)",
+                    "interface": f"{h.agent['cli']} {h.agent['version']}",
+                    "parser": "(its own)", "per turn": "", "on error": ""}
+        return {"renderer": str(h.observation["renderer"]),
+                "interface": str(h.actions["interface"]), "parser": str(h.actions["parser"]),
+                "per turn": str(h.loop["actions_per_turn"]),
+                "on error": str(h.loop["on_action_error"])}
+
+
+def harness_catalogue() -> list[HarnessEntry]:
+    """Every harness on the search path ($TACKROOM_HARNESS_PATH, ./harnesses, built-in).
+
+    A file that does not load is listed with its error rather than hiding the others.
+    """
+    out: list[HarnessEntry] = []
+    for name, path in list_harnesses().items():
+        try:
+            out.append(HarnessEntry(name, Path(path), load_harness(str(path))))
+        except TackroomError as e:
+            out.append(HarnessEntry(name, Path(path), None, e))
+    return out
+
+
+@dataclass(frozen=True)
+class HarnessView:
+    """A harness resolved (after ``extends``) and the system prompt its model sees.
+
+    ``system_prompt`` is ``None`` for an agent harness: the CLI brings its own.
+    """
+
+    spec: HarnessSpec
+    system_prompt: str | None
+
+
+def describe_harness(name: str | HarnessSpec) -> HarnessView:
+    """``name`` (a harness name or ``.toml`` path) resolved, with its system prompt."""
+    h = name if isinstance(name, HarnessSpec) else load_harness(name)
+    if isinstance(h, AgentHarness):
+        return HarnessView(h, None)
+    return HarnessView(h, str(HarnessSession(h, "").messages()[0]["content"]))
+
+
+@dataclass(frozen=True)
+class HarnessCheck:
+    """One file checked: its spec when valid, else the error."""
+
+    path: str
+    spec: HarnessSpec | None
+    error: TackroomError | None
+
+
+def validate_harnesses(paths: Sequence[str]) -> list[HarnessCheck]:
+    """Load each harness file or name; one result per path, invalid ones with their error."""
+    out: list[HarnessCheck] = []
+    for p in paths:
+        try:
+            out.append(HarnessCheck(p, load_harness(p), None))
+        except TackroomError as e:
+            out.append(HarnessCheck(p, None, e))
+    return out
 
 
 @dataclass(frozen=True)
@@ -64,4 +147,5 @@ def diff_harnesses(a: str | HarnessSpec, b: str | HarnessSpec) -> HarnessDiff:
     return HarnessDiff(ha, hb, slots)
 
 
-__all__ = ["HarnessDiff", "SlotDiff", "diff_harnesses"]
+__all__ = ["HarnessCheck", "HarnessDiff", "HarnessEntry", "HarnessView", "SlotDiff",
+           "describe_harness", "diff_harnesses", "harness_catalogue", "validate_harnesses"]

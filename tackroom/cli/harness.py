@@ -11,7 +11,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from tackroom.cli.common import console, err_console
-from tackroom.core.errors import TackroomError
 from tackroom.core.registry import choices
 
 if TYPE_CHECKING:
@@ -109,36 +108,31 @@ def tasks_import(directory: Annotated[Path, typer.Argument(
 
 def harness_list() -> None:
     """List the harnesses on the search path ($TACKROOM_HARNESS_PATH, ./harnesses, built-in)."""
-    from tackroom.harness.spec import AgentHarness, list_harnesses, load_harness
+    from tackroom.app.harnesses import harness_catalogue
 
+    cols = ("renderer", "interface", "parser", "per turn", "on error")
     table = Table(title="Harnesses", title_justify="left")
-    for col in ("name", "hash", "renderer", "interface", "parser", "per turn", "on error",
-                "file"):
+    for col in ("name", "hash", *cols, "file"):
         table.add_column(col)
-    for name, path in list_harnesses().items():
-        try:
-            h = load_harness(str(path))
-        except TackroomError as e:
-            table.add_row(escape(name), "[red]invalid[/red]", escape(e.what), "", "", "", "",
-                          escape(str(path)))
+    for entry in harness_catalogue():
+        if entry.spec is None:
+            what = entry.error.what if entry.error is not None else ""
+            table.add_row(escape(entry.name), "[red]invalid[/red]", escape(what), "", "", "", "",
+                          escape(str(entry.path)))
             continue
-        if isinstance(h, AgentHarness):  # a third-party CLI: its own renderer, parser and loop
-            row = (h.name, h.hash, "(agent CLI)", f"{h.agent['cli']} {h.agent['version']}",
-                   "(its own)", "", "", path)
-        else:
-            row = (h.name, h.hash, h.observation["renderer"], h.actions["interface"],
-                   h.actions["parser"], h.loop["actions_per_turn"], h.loop["on_action_error"],
-                   path)
+        summary = entry.summary
+        row = (entry.spec.name, entry.spec.hash, *(summary[c] for c in cols), str(entry.path))
         table.add_row(*(escape(str(v)) for v in row))
     console.print(table)
 
 
 def harness_show(name: Annotated[str, typer.Argument(help="Harness name or path.")]) -> None:
     """Print a harness fully resolved (after extends), with its hash and system prompt."""
-    from tackroom.harness.session import HarnessSession
-    from tackroom.harness.spec import AgentHarness, load_harness
+    from tackroom.app.harnesses import describe_harness
+    from tackroom.harness.spec import AgentHarness
 
-    h = load_harness(name)
+    view = describe_harness(name)
+    h = view.spec
     console.print(f"[bold]{escape(h.name)}[/bold]@{h.hash}  ({escape(h.source)})")
     if len(h.extends) > 1:
         console.print("extends: " + " -> ".join(Path(p).stem for p in h.extends), markup=False)
@@ -150,8 +144,7 @@ def harness_show(name: Annotated[str, typer.Argument(help="Harness name or path.
         return
     console.print_json(json.dumps(h.content()))
     console.rule("system prompt the model sees")
-    console.print(HarnessSession(h, "").messages()[0]["content"], markup=False, emoji=False,
-                  highlight=False)
+    console.print(view.system_prompt or "", markup=False, emoji=False, highlight=False)
 
 
 def harness_diff(a: Annotated[str, typer.Argument(help="First harness.")],
@@ -177,15 +170,15 @@ def harness_validate(paths: Annotated[list[str], typer.Argument(
 
     [bold]Example[/bold]:  tackroom harness validate harnesses/*.toml
     """
-    from tackroom.harness.spec import load_harness
+    from tackroom.app.harnesses import validate_harnesses
 
     bad = 0
-    for p in paths:
-        try:
-            h = load_harness(p)
-            console.print(f"[green]ok[/green] {escape(p)}: {escape(h.ident)}")
-        except TackroomError as e:
+    for check in validate_harnesses(paths):
+        if check.spec is not None:
+            console.print(f"[green]ok[/green] {escape(check.path)}: {escape(check.spec.ident)}")
+        else:
             bad += 1
-            err_console.print(f"[red]invalid[/red] {escape(e.line())}", soft_wrap=True)
+            line = check.error.line() if check.error is not None else check.path
+            err_console.print(f"[red]invalid[/red] {escape(line)}", soft_wrap=True)
     if bad:
         raise typer.Exit(2)
