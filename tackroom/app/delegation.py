@@ -15,7 +15,7 @@ from typing import Any
 from tackroom.app.evaluation import evaluate
 from tackroom.core.policy import Sampling
 from tackroom.delegation.bench import RUNGS, BenchResult, RungRow, run_ladder
-from tackroom.delegation.fit import TRAIN_ON, FitResult, TypeReport, fit_delegation
+from tackroom.delegation.fit import TRAIN_ON, FitResult, TypeReport, fit_decision_model
 
 __all__ = ["RUNGS", "TRAIN_ON", "BenchResult", "FitResult", "RungRow", "TypeReport",
            "bench_delegation", "fit_delegation"]
@@ -23,7 +23,7 @@ __all__ = ["RUNGS", "TRAIN_ON", "BenchResult", "FitResult", "RungRow", "TypeRepo
 
 def bench_delegation(suite: str, *, tasks: Sequence[str], seeds: Sequence[int] | str,
                      policy: str, delegating: Sequence[str], workdir: str | Path,
-                     db: str | Path | None = None, sampling: Sampling | None = None,
+                     store: str | Path | None = None, sampling: Sampling | None = None,
                      concurrency: int = 0, rungs: Sequence[str] = RUNGS,
                      suite_options: Mapping[str, Any] | None = None,
                      policy_options: Mapping[str, Any] | None = None,
@@ -32,7 +32,7 @@ def bench_delegation(suite: str, *, tasks: Sequence[str], seeds: Sequence[int] |
                      on_episode: Callable[[Any], None] | None = None) -> BenchResult:
     """Grade delegating harnesses on the ladder (llm → isolated → one → confident → alone).
 
-    One recorded run (in ``db``, default ``WORKDIR/bench.duckdb``) holds every rung; the
+    One recorded run (in ``store``, default ``WORKDIR/bench.duckdb``) holds every rung; the
     rung harnesses and ``ladder.json`` go to ``workdir``. The first delegating harness
     runs every rung of ``rungs``; the others (decision models to compare) run
     ``isolated`` and ``confident`` only, unless ``every_rung_for_each``. ``on_start`` and
@@ -47,7 +47,33 @@ def bench_delegation(suite: str, *, tasks: Sequence[str], seeds: Sequence[int] |
             print(row.rung, row.model, row.success)
     """
     return run_ladder(evaluate, suite, tasks=tasks, seeds=seeds, policy=policy,
-                      delegating=delegating, workdir=workdir, db=db, sampling=sampling,
+                      delegating=delegating, workdir=workdir, db=store, sampling=sampling,
                       concurrency=concurrency, rungs=rungs, suite_options=suite_options,
                       policy_options=policy_options, every_rung_for_each=every_rung_for_each,
                       on_start=on_start, on_episode=on_episode)
+
+
+def fit_delegation(store: str | Path, base: str, out: str | Path, *, kind: str = "logistic",
+                   train_on: str = "all", target_precision: float = 0.9,
+                   per_type: bool = True, points: Sequence[str] = (), runs: Sequence[str] = (),
+                   validation: float = 0.25, min_support: int = 5,
+                   post_mistake_weight: float = 4.0, seed: int = 0,
+                   options: dict[str, Any] | None = None, name: str | None = None) -> FitResult:
+    """Train a decision model on ``store``'s recorded decision points and write the
+    delegating harness ``out`` that uses it (``tackroom delegate fit``).
+
+    ``base`` is the harness that recorded the points; ``kind`` a registered decision
+    model (``tackroom list decision_model``); one τ per choice type is fitted to reach
+    ``target_precision`` on held-out episodes. The arguments are those of
+    :func:`tackroom.delegation.fit.fit_decision_model`, which does the work.
+
+    ::
+
+        res = tackroom.fit_delegation("runs.duckdb", "som-record", "som-delegate.toml")
+        print(res.thresholds)
+    """
+    return fit_decision_model(store, base, out, kind=kind, train_on=train_on,
+                              target_precision=target_precision, per_type=per_type,
+                              points=points, runs=runs, validation=validation,
+                              min_support=min_support, post_mistake_weight=post_mistake_weight,
+                              seed=seed, options=options, name=name)

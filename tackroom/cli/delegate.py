@@ -109,7 +109,7 @@ def bench_cmd(
             bar.update(done[0])
 
         result = bench_delegation(suite, tasks=split(tasks), seeds=seeds, policy=policy,
-                                  delegating=split(delegating), workdir=workdir, db=db,
+                                  delegating=split(delegating), workdir=workdir, store=db,
                                   sampling=Sampling(max_tokens=max_tokens),
                                   concurrency=concurrency, rungs=chosen,
                                   on_start=on_start, on_episode=on_episode)

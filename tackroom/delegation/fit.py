@@ -1,7 +1,7 @@
 """``tackroom delegate fit``: a decision model and its thresholds, written as a harness.
 
 From recorded decision points (a run under a harness whose ``[delegation]`` slot
-records them), :func:`fit_delegation` trains a decision model on one split of the
+records them), :func:`fit_decision_model` trains a decision model on one split of the
 episodes, fits τ_c per choice type on the other (or one τ for all types), saves the
 model beside the output harness and writes the harness: the base harness extended by
 a ``[delegation]`` slot that names the model, pins its hash and holds the thresholds.
@@ -43,7 +43,7 @@ class TypeReport:
 
 @dataclass
 class FitResult:
-    """What :func:`fit_delegation` wrote and measured."""
+    """What :func:`fit_decision_model` wrote and measured."""
 
     harness: Path
     model_dir: Path
@@ -56,16 +56,16 @@ class FitResult:
     n_val: int = 0
 
 
-def fit_delegation(db: str | Path, base: str, out: str | Path, *, kind: str = "logistic",
+def fit_decision_model(store: str | Path, base: str, out: str | Path, *, kind: str = "logistic",
                    train_on: str = "all", target_precision: float = 0.9,
                    per_type: bool = True, points: Sequence[str] = (), runs: Sequence[str] = (),
                    validation: float = 0.25, min_support: int = 5,
                    post_mistake_weight: float = 4.0, seed: int = 0,
                    options: dict[str, Any] | None = None, name: str | None = None) -> FitResult:
-    """Train a decision model on ``db``'s recorded points and write the delegating harness.
+    """Train a decision model on ``store``'s recorded points and write the delegating harness.
 
     Args:
-        db: the record store holding runs under a harness that records decision points.
+        store: the record store holding runs under a harness that records decision points.
         base: the harness the output extends (a name or ``.toml`` path); its
             ``[delegation] points`` are used unless ``points`` names them.
         out: the harness file to write; the model goes to ``<out stem>.decision/`` beside it.
@@ -74,7 +74,7 @@ def fit_delegation(db: str | Path, base: str, out: str | Path, *, kind: str = "l
             ``weighted`` (those weighted by ``post_mistake_weight``).
         target_precision: the precision each type's τ must reach on validation.
         per_type: one τ per choice type (``False``: one τ shared by every type).
-        runs: the runs to read (default every run in ``db``).
+        runs: the runs to read (default every run in ``store``).
         validation: the share of episodes held out for thresholds and accuracy.
         options: the model kind's own options (e.g. ``{"epochs": 3}`` for ``lm``).
     """
@@ -91,19 +91,19 @@ def fit_delegation(db: str | Path, base: str, out: str | Path, *, kind: str = "l
         raise ConfigError(f"harness {base_spec.name!r} declares no decision points",
                           "--harness", "give --points click,submit, or a base harness with "
                           "[delegation] points")
-    if not Path(db).is_file():
-        raise ConfigError(f"no record store at {db}", "--db",
+    if not Path(store).is_file():
+        raise ConfigError(f"no record store at {store}", "--db",
                           "record decision points first: tackroom eval --harness H where H "
                           "has [delegation] points = [...]")
-    recorded = [p for p in labelled(recorded_points(db, runs)) if p.type in declared]
+    recorded = [p for p in labelled(recorded_points(store, runs)) if p.type in declared]
     if not recorded:
-        raise ConfigError("no labelled decision points recorded in these runs", str(db),
+        raise ConfigError("no labelled decision points recorded in these runs", str(store),
                           "run tackroom eval under a harness with [delegation] points on "
                           "tasks that have a scripted expert (it labels each point)")
     train, val = split_by_episode(recorded, validation)
     if not train or not val:
         raise ConfigError(f"{len(recorded)} labelled points from too few episodes to split",
-                          str(db), "record more episodes (more seeds)")
+                          str(store), "record more episodes (more seeds)")
     examples = _examples(train, train_on, post_mistake_weight)
     if not examples:
         raise ConfigError("no training points after a mistake in these runs", "--train-on",
