@@ -150,3 +150,94 @@ def lora_adapter_dir(tiny_chat_dir: Path, tmp_path_factory: pytest.TempPathFacto
         lora.save_pretrained(out)
 
     return shared_dir(tmp_path_factory, "adapter", build)
+
+
+#: Fixtures that make a test slow wherever it is used (a model on disk, loaded by the test).
+SLOW_FIXTURES = frozenset({"tiny_chat_dir", "lora_adapter_dir"})
+#: Test files that are slow as a whole: each builds something costly once (a trained model,
+#: sandboxes, task images, agent CLIs, Ray) or runs the CLI in subprocesses test after
+#: test. Measured (``--junitxml`` times of a whole parallel run): a test is slow from about
+#: a second on an idle 2-core machine. tests/test_structure.py checks that every name here
+#: still exists.
+SLOW_FILES: frozenset[str] = frozenset({
+    "test_agents.py", "test_agents_budget.py", "test_agents_rl.py", "test_browser_reaper.py",
+    "test_bundled.py", "test_cli.py", "test_critic_gym.py", "test_delegation.py",
+    "test_delegation_models.py", "test_gateway_load.py", "test_hardening_records.py",
+    "test_hostile_input.py", "test_miniwob_eval.py", "test_parser_fuzz.py",
+    "test_ray_rollouts.py", "test_record_converter.py", "test_registry.py", "test_rl.py",
+    "test_robot_agent.py", "test_sealed.py", "test_selfhpo.py", "test_sft.py", "test_signals.py",
+    "test_terminal_escapes.py", "test_train_export.py",
+})
+#: Single slow tests in files that are otherwise quick, as ``file::name`` (no parameters).
+SLOW_TESTS: frozenset[str] = frozenset({
+    "test_agent_harness.py::test_harness_show_list_and_diff_work_on_agent_harnesses",
+    "test_code_suite.py::test_every_harness_expert_solves_every_task_through_the_cli",
+    "test_code_suite.py::test_every_variant_expert_solves_a_sample_of_tasks",
+    "test_code_suite.py::test_reference_fix_passes_and_the_unfixed_repo_fails_only_the_requirement_tests",
+    "test_fuzz_inputs.py::test_random_bytes_as_a_harness_file_fail_in_one_line",
+    "test_fuzz_inputs.py::test_random_command_lines_exit_0_or_2_with_one_line",
+    "test_fuzz_inputs.py::test_random_harness_files_load_or_fail_in_one_line",
+    "test_gateway.py::test_connections_and_buffered_bodies_are_bounded",
+    "test_hardening_env.py::test_a_ten_thousand_deep_extends_chain_is_one_clear_line",
+    "test_images_egress.py::test_apt_get_update_through_the_proxy",
+    "test_miniwob.py::test_crash_gives_infra_error_and_pool_recovers",
+    "test_miniwob.py::test_expert_solves_task",
+    "test_miniwob.py::test_pool_bounds_concurrency_and_cleans_up",
+    "test_miniwob.py::test_pool_reuses_browsers",
+    "test_models.py::test_tiny_loads_from_local_files",
+    "test_openai_policy.py::test_a_lean_client_run_never_loads_the_sdk",
+    "test_openai_policy.py::test_trickling_reply_is_bounded_by_the_whole_call_timeout",
+    "test_optimize_audit.py::test_interval_coverage_is_near_nominal",
+    "test_optimize_loop.py::test_a_killed_optimize_resumes_without_rerunning_finished_evaluations",
+    "test_optimize_loop.py::test_bad_optimize_configs_are_one_clear_line",
+    "test_pmd.py::test_training_is_deterministic_and_learns",
+    "test_real_tasks.py::test_a_second_build_is_a_cache_hit_and_a_changed_file_a_new_layer",
+    "test_real_tasks.py::test_episodes_run_the_cli_eval_on_built_tasks_through_both_shell_harnesses",
+    "test_real_tasks.py::test_every_task_of_both_layouts_is_built_and_its_oracle_passes",
+    "test_real_tasks.py::test_the_process_and_disk_limits_hold_on_a_built_tree",
+    "test_real_tasks.py::test_what_cannot_be_built_is_skipped_with_the_reason",
+    "test_records.py::test_sigkill_leaves_whole_episodes",
+    "test_records.py::test_thousand_episodes_is_fast",
+    "test_report.py::test_report_in_headless_chromium",
+    "test_robot_browser.py::test_crashed_browser_is_an_infra_error_then_restarts",
+    "test_robot_browser.py::test_expert_eval_through_the_screenshot_harness_and_its_report",
+    "test_robot_browser.py::test_screenshot_shows_the_simulator_state",
+    "test_robot_browser.py::test_screenshots_are_blobs_beside_the_store_and_in_the_report",
+    "test_robot_browser.py::test_server_trouble_is_an_infra_error_then_recovers",
+    "test_robot_sim.py::test_any_command_is_a_result_or_a_command_error",
+    "test_robot_suite.py::test_env_screenshots_are_lazy_and_of_their_own_state",
+    "test_robot_suite.py::test_experts_succeed_through_every_harness_from_the_cli",
+    "test_sandbox.py::test_both_providers_are_registered_and_one_function_chooses",
+    "test_sandbox.py::test_missing_bwrap_cli_is_one_line_and_unsafe_local_runs",
+    "test_sandbox.py::test_missing_bwrap_refuses_and_names_unsafe_local",
+    "test_serve.py::test_clients_coming_back_apart_still_share_a_batch",
+    "test_serve.py::test_concurrent_requests_share_one_batch",
+    "test_serve.py::test_serve_main_serves_until_interrupted",
+    "test_serve.py::test_served_episodes_equal_in_process_episodes",
+    "test_serve_hostile.py::test_random_chat_bodies_never_get_a_5xx",
+    "test_serve_hostile.py::test_serve_options_are_bounded_before_the_model_loads",
+    "test_terminal.py::test_a_verifier_that_cannot_run_is_an_infra_error_not_a_failure",
+    "test_terminal.py::test_bad_input_is_one_clear_line",
+    "test_terminal.py::test_cli_import_then_eval_the_imported_task",
+    "test_terminal.py::test_every_solution_passes_and_every_untouched_task_fails",
+    "test_terminal.py::test_expert_solves_every_task_through_both_shell_harnesses",
+    "test_terminal.py::test_import_checks_each_task_in_the_sandbox_and_lists_every_folder",
+    "test_terminal.py::test_import_harbor_and_terminal_bench_building_what_they_need",
+    "test_terminal.py::test_keystroke_harness_keeps_a_live_shell",
+    "test_tilt.py::test_bootstrap_interval_covers_the_true_tilt",
+    "test_train_config.py::test_config_and_advantages_import_without_torch",
+    "test_train_server.py::test_cli_says_in_one_line_that_the_server_is_down",
+    "test_train_server.py::test_training_over_http_hot_loads_each_version_and_matches_in_process",
+    "test_turn_storage.py::test_old_layout_migrates_and_shows_and_exports_unchanged",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` what the tables above and the slow fixtures say, so that one place
+    decides the fast lane (``-m "not slow and not browser"``)."""
+    for item in items:
+        file = item.path.name
+        name = getattr(item, "originalname", item.name)
+        if (file in SLOW_FILES or f"{file}::{name}" in SLOW_TESTS
+                or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.slow)

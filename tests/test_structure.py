@@ -315,3 +315,20 @@ def test_no_module_is_over_the_line_limit():
     long = sorted((n, len(m.path.read_text().splitlines())) for n, m in modules().items())
     over = [f"  {modules()[n].where}: {lines} lines" for n, lines in long if lines > MAX_LINES]
     assert not over, f"modules over {MAX_LINES} lines (split by concept):\n" + "\n".join(over)
+
+
+def test_the_slow_tables_name_tests_that_exist():
+    # tests/conftest.py marks the slow lane by file and test name; a renamed test would
+    # silently join the fast lane.
+    import conftest
+
+    tests_dir = Path(conftest.__file__).parent
+    missing = [f for f in conftest.SLOW_FILES if not (tests_dir / f).is_file()]
+    for entry in conftest.SLOW_TESTS:
+        file, _, name = entry.partition("::")
+        path = tests_dir / file
+        defined = {n.name for n in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)} if path.is_file() else set()
+        if name not in defined:
+            missing.append(entry)
+    assert not missing, f"tests/conftest.py's slow tables name what does not exist: {missing}"
