@@ -104,7 +104,7 @@ def _bullets(doc: str, names: list[str]) -> Callable[[], set[str]]:
 DOCUMENTED: dict[str, Callable[[], set[str]]] = {
     "suite": lambda: {w.split(" ")[0] for w in words(one_match(
         r"^tackroom/suites/ +(.*)$", read("README.md"), "README.md").group(1))},
-    "policy": _line("README.md", r"^tackroom/policies/ +the registered backends: (.*)$"),
+    "policy": _line("README.md", r"^tackroom/policies/ +the registered backends: ([^;]*)"),
     "algorithm": _cell("docs/training.md", "algo.algorithm"),
     "advantage": lambda: set(re.findall(r"(\w+) =", one_match(
         r"^\| `grouping\.group` \|.*$", read("docs/training.md"), "docs/training.md").group(0)))
