@@ -22,6 +22,7 @@ from tackroom.policies import make_policy
 from tackroom.records import RecordStore
 from tackroom.suites import get_suite
 from tackroom.suites.toy import ToySuite
+from tackroom.testing.harnesses import command_harness
 
 PLUG = '''
 """A plug-in: one toy task as its own suite, and the expert as its own policy backend."""
@@ -86,9 +87,11 @@ from tackroom.core.registry import register
                     "scale_std": True},
           per_token_advantages=True)
 def plug_loss(logp, old_logp, advantages, mask, **settings):
-    from tackroom.train.losses import grpo_loss
+    from tackroom.train.losses import PolicyLoss, grpo_loss
 
-    return grpo_loss(logp, old_logp, advantages, mask, **settings)
+    out = grpo_loss(logp, old_logp, advantages, mask, **settings)
+    # A metric of its own: the recorded train steps show that this function computed them.
+    return PolicyLoss(out.loss, {**out.metrics, "plugalgo_calls": 1.0})
 '''
 
 ENTRY_POINTS = """\
@@ -171,6 +174,53 @@ def test_plugin_algorithm_is_one_that_training_settings_accept(tmp_path, plugin)
                        text=True, timeout=300, env={**os.environ, **plugin})
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["plugalgo", "token_mean"]
+
+
+def test_plugin_algorithm_trains_the_plugin_suite_through_the_cli(tmp_path, plugin,
+                                                                   tiny_chat_dir):
+    """`tackroom train` with ``algo.algorithm=plugalgo``: one optimiser step on the plug-in's
+    suite, and the step's recorded metrics carry the plug-in loss's own metric — the
+    registry's function computed the loss, not a built-in under the plug-in's name."""
+    pytest.importorskip("torch")
+    (tmp_path / "cmd.toml").write_text(command_harness("cmd"))
+    out, db = tmp_path / "out", str(tmp_path / "r.duckdb")
+    # The least that trains: the tiny model, one task, G = 2 short replies, one step.
+    (tmp_path / "train.toml").write_text(textwrap.dedent(f"""\
+        [grouping]
+        group_size = 2
+        [lora]
+        rank = 2
+        alpha = 4
+        [optim]
+        steps = 1
+        micro_batch_size = 2
+        [model]
+        path = "{tiny_chat_dir}"
+        device = "cpu"
+        [data]
+        suite = "plugsuite"
+        harnesses = ["{tmp_path / 'cmd.toml'}"]
+        tasks_per_step = 1
+        [rollout]
+        max_tokens = 4
+        concurrency = 2
+        [run]
+        out_dir = "{out}"
+        """))
+    p = run_cli("train", "-c", "train.toml", "algo.algorithm=plugalgo", "--db", db,
+                "--threads", "1", cwd=tmp_path, env_extra={**plugin, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "trained: 1 steps (plugalgo, LoRA)" in p.stdout
+    run_id = p.stdout.split("trained: 1 steps (plugalgo, LoRA); run ", 1)[1].split()[0]
+    with RecordStore(db, read_only=True) as store:
+        steps = store.train_steps(run_id)
+        config = store.run(run_id)["config"]
+        episodes = store.episodes(run_id)
+    assert config["rl"]["algo"]["algorithm"] == "plugalgo"
+    assert [(s["step"], s["plugalgo_calls"]) for s in steps] == [(1, 1.0)]
+    assert {(e["suite"], e["task"]) for e in episodes} == {
+        ("plugsuite", "plugsuite/click-button")}
+    assert (out / "final" / "adapter_model.safetensors").is_file()
 
 
 def test_unknown_names_say_the_close_ones():
