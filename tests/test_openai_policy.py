@@ -488,6 +488,7 @@ class RawServer:
 
     def __init__(self, replies: list[tuple[bytes, bool]]) -> None:
         self.replies, self.heads, self.connections = list(replies), [], 0
+        self.hung_up = asyncio.Event()  # set each time the server has closed a connection
 
     async def __aenter__(self) -> str:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -513,6 +514,11 @@ class RawServer:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         writer.close()
+        try:
+            await writer.wait_closed()
+        except ConnectionError:
+            pass
+        self.hung_up.set()
 
 
 def http_reply(body: str, *, status: str = "200 OK", chunked: bool = False,
@@ -555,7 +561,7 @@ async def test_lean_retries_a_kept_alive_connection_the_server_closed(client: st
     async with raw as url:
         async with OpenAIPolicy("m", base_url=url, client="lean", max_retries=0) as policy:
             assert (await policy.act(req())).text == "hi"
-            await asyncio.sleep(0.05)
+            await raw.hung_up.wait()  # the kept-alive connection is closed on the server
             assert (await policy.act(req())).text == "hi"
     assert raw.connections == 2
 

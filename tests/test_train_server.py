@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -220,7 +219,7 @@ def _call(port: int, method: str, path: str, body=None):
         conn.close()
 
 
-def test_lora_endpoints_over_http(tiny_chat_dir, lora_adapter_dir, tmp_path):
+def test_lora_endpoints_over_http(tiny_chat_dir, lora_adapter_dir, tmp_path, monkeypatch):
     """vLLM's dynamic-LoRA endpoints: its answers, its errors, served by the adapter named."""
     load, unload = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
     adapter = str(lora_adapter_dir)
@@ -283,17 +282,35 @@ def test_lora_endpoints_over_http(tiny_chat_dir, lora_adapter_dir, tmp_path):
 
         # Unloading and loading while requests are in flight: each is answered by the
         # adapter it named, or refused as unknown, never a server error; the unloaded
-        # adapter is dropped once its last request is answered.
+        # adapter is dropped once its last request is answered. The first batch on
+        # "second" is held in generation until the unload and the load are done, so
+        # the unload always finds requests of "second" in flight.
+        import threading
         from concurrent.futures import ThreadPoolExecutor
 
+        generating_second, release = threading.Event(), threading.Event()
+        generate = srv.policy._generate
+
+        def held(batch):
+            if batch[0].adapter == "second" and not release.is_set():
+                generating_second.set()
+                assert release.wait(120), "the test never released the held batch"
+            return generate(batch)
+
+        monkeypatch.setattr(srv.policy, "_generate", held)
         long = {**chat, "max_tokens": 24}
         with ThreadPoolExecutor(8) as pool:
             futures = [pool.submit(post, "/v1/chat/completions",
                                    {**long, "model": "second" if i % 2 else srv.model_name})
                        for i in range(8)]
-            time.sleep(0.05)
-            assert post(unload, {"lora_name": "second"})[0] == 200
-            assert post(load, {"lora_name": "third", "lora_path": adapter})[0] == 200
+            try:
+                assert generating_second.wait(120), "no batch on adapter 'second' started"
+                assert srv.engine.inflight.get("second", 0) >= 1
+                assert post(unload, {"lora_name": "second"})[0] == 200
+                assert "second" in srv.engine.retired  # still answering: not dropped yet
+                assert post(load, {"lora_name": "third", "lora_path": adapter})[0] == 200
+            finally:
+                release.set()
             results = [f.result() for f in futures]
         for i, (status, reply, headers) in enumerate(results):
             if i % 2 == 0:
@@ -301,6 +318,7 @@ def test_lora_endpoints_over_http(tiny_chat_dir, lora_adapter_dir, tmp_path):
             else:
                 assert status in (200, 404), reply
                 assert status == 404 or headers["X-Tackroom-Adapter"] == "second"
+        assert any(status == 200 for status, _, _ in results[1::2])  # the held batch
         assert "second" not in srv.policy.adapters and "third" in srv.policy.adapters
         assert not srv.engine.inflight and not srv.engine.retired
 
