@@ -49,6 +49,13 @@ def tmpdir_short():
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _sigkill_pending(pid: int) -> bool:
+    """Whether SIGKILL was sent to process ``pid`` (pending until the process is reaped)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    shared = next(line for line in status.splitlines() if line.startswith("ShdPnd:"))
+    return bool(int(shared.split()[1], 16) >> (signal.SIGKILL - 1) & 1)
+
+
 def _until(predicate, timeout: float = WAIT_S, interval: float = 0.2):
     """Poll ``predicate`` until it returns something true; that value, or the last one."""
     deadline = time.monotonic() + timeout
@@ -197,15 +204,22 @@ def test_pdeathsig_outlives_the_thread_that_asked_for_a_browser():
             return subprocess.Popen(["sleep", "120"], preexec_fn=reaper.die_with_parent())
         box[via_launcher] = reaper.launch(popen) if via_launcher else popen()
 
+    tids = []
     for via_launcher in (False, True):
         t = threading.Thread(target=fork, args=(via_launcher,))
         t.start()
         t.join()  # the thread that wanted the child has exited
+        tids.append(t.native_id)
     try:
         # forked by that thread itself: killed with it (what a pool worker would do)
         assert box[False].wait(timeout=WAIT_S) == -signal.SIGKILL
-        time.sleep(0.5)
+        # The kernel sends a parent-death signal before it releases the exiting thread,
+        # and the signal stays pending (ShdPnd) until the child is reaped; so, once both
+        # threads are released, a child still unreaped with no SIGKILL pending was spared.
+        assert _until(lambda: not any(os.path.exists(f"/proc/self/task/{tid}") for tid in tids),
+                      interval=0.01), "the asking threads were never released"
         assert box[True].poll() is None  # forked by the launcher: lives on
+        assert not _sigkill_pending(box[True].pid)
     finally:
         for p in box.values():
             p.kill()

@@ -216,12 +216,34 @@ def test_two_runs_of_the_same_grid_stay_independent(db: Path, commit_interval: f
             (e.run_id, e.episode_id) for e in left)
 
 
-def test_prefix_resolution_across_runs(db: Path) -> None:
+class StoreClock:
+    """The store's ``time.time()``, moved by the test (``tick``): runs get distinct times."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def time(self) -> float:
+        return self.now
+
+    def tick(self) -> None:
+        self.now += 1.0
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> StoreClock:
+    from tackroom.records import store
+
+    fake = StoreClock()
+    monkeypatch.setattr(store, "time", fake)
+    return fake
+
+
+def test_prefix_resolution_across_runs(db: Path, clock: StoreClock) -> None:
     with RecordStore(db) as store:
         # Names sort against creation order, and the older run writes last
         # (a resume): the most recent run is the one created last.
         store.start_run("run-z", "tackroom run", {}, n_planned=2)
-        time.sleep(0.01)
+        clock.tick()
         store.start_run("run-b", "tackroom run", {}, n_planned=2)
         newer = make_episode(1, run_id="run-b", eid="abc111", n_turns=1)
         older = make_episode(1, run_id="run-z", eid="abc111", n_turns=2)
@@ -266,7 +288,7 @@ def test_episode_ids_for_resume(db: Path) -> None:
         assert store.episode_ids("nope") == {}
 
 
-def test_runs_counts_status_and_resume(db: Path) -> None:
+def test_runs_counts_status_and_resume(db: Path, clock: StoreClock) -> None:
     outcomes = [Outcome.SUCCESS] * 3 + [Outcome.FAILURE, Outcome.TIMEOUT, Outcome.INFRA_ERROR]
     with RecordStore(db) as store:
         assert store.runs() == [] and store.latest_run_id() is None
@@ -275,7 +297,7 @@ def test_runs_counts_status_and_resume(db: Path) -> None:
         for i, o in enumerate(outcomes):
             store.append(make_episode(i, outcome=o))
         store.finish_run("run-a", "interrupted")
-        time.sleep(0.01)
+        clock.tick()
         store.start_run("run-b", "tackroom run", {}, n_planned=2)
         store.append(make_episode(99, run_id="run-b", outcome=Outcome.FAILURE))
 
