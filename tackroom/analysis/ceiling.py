@@ -199,12 +199,12 @@ def ceilings_from_table(table: TaskTable, *, train_harness: Mapping[str, str] | 
         pak = []
         for p in policies:
             counts = [table.counts(h, p, t)[0] for t in task_set]
-            ran = [n for n in counts if n]
-            if not ran:
+            run_counts = [n for n in counts if n]
+            if not run_counts:
                 continue
             pak.append(_policy_pass_at_k(table, h, p, task_set, 1))
-            if min(ran) > 1:
-                pak.append(_policy_pass_at_k(table, h, p, task_set, min(ran)))
+            if min(run_counts) > 1:
+                pak.append(_policy_pass_at_k(table, h, p, task_set, min(run_counts)))
         estimates.append(_estimate(
             h, "pass@k union", solved,
             f"tasks solved at least once by any of {len(policies)} policies "

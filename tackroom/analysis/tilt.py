@@ -144,7 +144,8 @@ def _labels_of(outcomes: Sequence[str], labels: Sequence[str] | None) -> tuple[s
     return tuple(labels) + tuple(extra)  # an unexpected label is shown, never dropped
 
 
-def exact(probabilities: Sequence[float], rewards: Sequence[float], outcomes: Sequence[str],
+def exact(probabilities: Sequence[float] | np.ndarray, rewards: Sequence[float] | np.ndarray,
+          outcomes: Sequence[str],
           beta: float, labels: Sequence[str] | None = None) -> TiltPrediction:
     """The tilt over a finite trajectory set: π*(τ) ∝ π_0(τ)·exp(r̂(τ)/β), summed per outcome.
 

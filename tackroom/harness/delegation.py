@@ -230,7 +230,7 @@ def _describe(el: Element, obs: Observation | None) -> str:
     return f"{el.tag} {text[:40]!r}" if text else el.tag
 
 
-_CONTINUE = {"label": "continue", "action": None, "el": None, "text": None}
+_CONTINUE: dict[str, Any] = {"label": "continue", "action": None, "el": None, "text": None}
 
 
 def _clicks(obs: Observation, slot: dict[str, Any]) -> list[dict[str, Any]]:

@@ -106,7 +106,7 @@ class HarnessSpec:
     description: str
     prompt: dict[str, str]
     observation: dict[str, Any]
-    actions: dict[str, str]
+    actions: dict[str, Any]
     loop: dict[str, Any]
     budget: dict[str, Any]
     skills: tuple[Skill, ...] = ()

@@ -102,8 +102,10 @@ def _resolve(name: str, tag: str, image: str) -> BaseSpec | None:
         return None
     if name == "ubuntu":
         suite = _UBUNTU_TAGS.get(tag.split("-")[0])
-        return suite and BaseSpec(suite=suite, note=f"ubuntu:{tag} approximated by Debian {suite} "
-                                  "(Ubuntu's archive may not be reachable from the build)")
+        if not suite:
+            return None
+        return BaseSpec(suite=suite, note=f"ubuntu:{tag} approximated by Debian {suite} "
+                        "(Ubuntu's archive may not be reachable from the build)")
     if name == "python":
         return _python(tag, image)
     if name == _TBENCH + "python-3-13":

@@ -15,6 +15,7 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 from tackroom.core.errors import ConfigError
 
@@ -219,7 +220,8 @@ def _instruction(st: _Stage, kw: str, args: str, source: str, heredocs: list[_He
             raise ConfigError("SHELL needs a JSON array, e.g. [\"/bin/bash\", \"-c\"]", at)
         st.shell = tuple(shell)
     elif kw == "ENV":
-        st.env.update(_pairs(args, escape, at, st.vars(), need_value=True))
+        # need_value=True: every name has a value, none is None
+        st.env.update(cast("dict[str, str]", _pairs(args, escape, at, st.vars(), need_value=True)))
     elif kw == "WORKDIR":
         st.workdir = _abspath(st.workdir, _expand(args.strip(), st.vars(), escape, at))
         st.steps.append(Workdir(st.workdir))
@@ -501,7 +503,7 @@ def _braced(inner: str, vars_: Mapping[str, str], escape: str, at: str) -> str:
     if op is None:
         return value or ""
     if op == "-":
-        return value if present else _expand(word, vars_, escape, at)
+        return (value or "") if present else _expand(word, vars_, escape, at)
     if op == "+":
         return _expand(word, vars_, escape, at) if present else ""
     if not present:

@@ -15,6 +15,7 @@ import re
 import socket
 import threading
 from collections.abc import Iterable
+from typing import cast
 
 from tackroom.core.errors import InfraError
 
@@ -328,7 +329,8 @@ class _Proxy:
         except OSError as exc:
             raise _Refusal(502, "Bad Gateway", f"tackroom build proxy: cannot resolve {host}: "
                            f"{exc.strerror or exc}\n") from exc
-        addresses = list(dict.fromkeys(info[4][0] for info in infos))
+        # SOCK_STREAM results are IPv4/IPv6: an address is a str (an int only where Python lacks IPv6)
+        addresses = list(dict.fromkeys(cast(str, info[4][0]) for info in infos))
         if self._block_local:
             addresses = [a for a in addresses if not _local_address(a)]
             if not addresses:

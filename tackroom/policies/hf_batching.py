@@ -70,6 +70,7 @@ class Batcher:
             self.wake = asyncio.Event()
         self.pending.append(job)
         if len(self.pending) >= self.max_batch:
+            assert self.wake is not None  # made with self.loop, above or on an earlier call
             self.wake.set()
         if self.drainer is None or self.drainer.done():
             self.drainer = loop.create_task(self._drain())

@@ -72,7 +72,8 @@ def load_pretrained(model_dir: str, policy_id: str, device: str, dtype: str | No
         raise PolicyError(f"cannot load the model in {model_dir} "
                           f"({type(e).__name__}: {first_line(e)})", policy_id,
                           INIT_HINT) from None
-    model.to(device)
+    # transformers wraps to() with functools.wraps, whose stub hides the bound self
+    model.to(device)  # type: ignore[arg-type]
     model.eval()
     return tokenizer, model, str(torch_dtype).removeprefix("torch.")
 

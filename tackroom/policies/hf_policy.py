@@ -57,7 +57,7 @@ from typing import Any
 
 from tackroom.core.errors import ContextLengthExceeded, PolicyError
 from tackroom.core.finite import NON_FINITE_LOGPROBS, finite_logprobs
-from tackroom.core.policy import PolicyRequest, PolicyResponse
+from tackroom.core.policy import PolicyRequest, PolicyResponse, ToolCall
 from tackroom.policies.chat_format import PAD, parse_tool_calls, read_model_card, text_only
 from tackroom.policies.hf_batching import Batcher, Job, RowSampler, shared_prefix
 from tackroom.policies.hf_loading import (
@@ -458,7 +458,7 @@ class HFPolicy:
             notes.append(NON_FINITE_LOGPROBS)
         visible = tokens[:-1] if finish == "stop" else tokens
         text: str | None = self.tokenizer.decode(visible, skip_special_tokens=True)
-        calls = []
+        calls: list[ToolCall] = []
         if job.parse_tools:
             text, calls = parse_tool_calls(text or "")
             if not text and calls:

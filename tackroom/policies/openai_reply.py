@@ -63,7 +63,9 @@ def parse_completion(data: dict[str, Any], max_chars: int, model: str,
         if not isinstance(tc, dict):
             tool_calls.append(ToolCall(id=f"call_{i}", name="", arguments=keep(str(tc))))
             continue
-        fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+        fn = tc.get("function")
+        if not isinstance(fn, dict):
+            fn = {}
         args = fn.get("arguments")
         if args is None:
             args = ""
@@ -88,7 +90,9 @@ def parse_completion(data: dict[str, Any], max_chars: int, model: str,
         token_ids = choice.get("response_token_ids")  # SGLang's spelling
     if token_ids is None and isinstance(lp_content, list):
         token_ids = ids_from_tokens(lp_content)  # vLLM --return-tokens-as-token-ids
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        usage = {}
     counts = {}
     for name in ("prompt_tokens", "completion_tokens"):
         counts[name], note = token_count(usage.get(name), name)

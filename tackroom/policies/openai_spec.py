@@ -50,7 +50,8 @@ def check_url(url: str, policy_id: str) -> str:
     an http(s) URL with a host that the HTTP client could use."""
     try:
         parts = urlsplit(url)
-        ok = (parts.scheme in ("http", "https") and bool(parts.hostname)
+        # hostname is None, never "", when the URL has no host
+        ok = (parts.scheme in ("http", "https") and parts.hostname is not None
               and _valid_host(parts.hostname) and not _URL_JUNK.search(url))
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
@@ -107,7 +108,9 @@ def proxied(url: str) -> bool:
     proxies = urllib.request.getproxies_environment()
     if not proxies.get(parts.scheme) and not proxies.get("all"):
         return False
-    return not urllib.request.proxy_bypass_environment(parts.hostname or "", proxies)
+    # typeshed leaves out proxy_bypass_environment (CPython's urllib.request has it)
+    return not urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]
+        parts.hostname or "", proxies)
 
 
 SPEC_FORM = "write openai:MODEL or openai:MODEL@http://host:port/v1"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from tackroom.core.errors import PolicyError
@@ -23,8 +24,9 @@ def construct(cls: type[P], first: Any, opts: dict[str, Any], *, spec: str,
             except ValueError:
                 raise PolicyError(f"{name}={opts[name]!r} is not a number", spec,
                                   f"give {name} as a number") from None
+    make: Callable[..., P] = cls  # which options it takes shows only when called
     try:
-        return cls(first, **opts)
+        return make(first, **opts)
     except TypeError as e:
         raise PolicyError(f"unknown option for {cls.__name__}: {e}", spec,
                           f"see {cls.__module__}.{cls.__name__}") from None

@@ -113,7 +113,9 @@ class SkillGatedPolicy(ExpertPolicy):
             # Beside tool calls the text is free: say which rule was followed, as a model
             # that reads skills would, so the audit's read graph can link turn and rule.
             rules = skill_rules(request.messages)
-            followed = dict.fromkeys(covering_rule(a, request.view, rules) for a in actions)
+            # refuse() let these actions through, so each has a covering rule
+            covering = (covering_rule(a, request.view, rules) for a in actions)
+            followed = dict.fromkeys(c for c in covering if c is not None)
             response.text = " ".join(f"Following {name!r}: {rule}"
                                      for name, rule in followed if name)
         return response

@@ -132,6 +132,7 @@ def _map_parts(messages: Sequence[Any], fn: Any, memo: dict[int, Any]) -> list[A
             if new is None:
                 parts.append(p)
             else:
+                assert found is not None  # fn ran, so the part had an image URL
                 changed = True
                 parts.append({**p, "image_url": {**found[0], "url": new}})
         new_m = {**m, "content": parts} if changed else m

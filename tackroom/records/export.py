@@ -213,6 +213,7 @@ def export_parquet(store: RecordStore, run_id: str | None, path: str | Path, *,
             if schema is None:
                 schema = _parquet_schema(table.schema)
                 writer = pq.ParquetWriter(tmp, schema)
+            assert writer is not None  # opened with the schema, on the first chunk
             writer.write_table(table.cast(schema))
             n += table.num_rows
         assert writer is not None
@@ -295,7 +296,9 @@ def _text(content: Any) -> str:
 
 def _atif_tool_call(call: dict[str, Any], fallback_id: str) -> dict[str, Any]:
     """An OpenAI tool call ``{id, function: {name, arguments: "<json>"}}`` → ATIF."""
-    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    fn = call.get("function")
+    if not isinstance(fn, dict):
+        fn = call
     raw = fn.get("arguments", {})
     if isinstance(raw, str):
         try:
@@ -381,9 +384,10 @@ def episode_to_atif(ep: Episode) -> dict[str, Any]:
 
     start = ep.started_at if ep.started_at > 0 else None
     prompt = ep.turns[0].messages if ep.turns else []
+    sources: dict[object, str] = {"system": "system", "user": "user", "assistant": "agent"}
     for m in prompt:
         role = m.get("role")
-        source = {"system": "system", "user": "user", "assistant": "agent"}.get(role, "system")
+        source = sources.get(role, "system")
         extra: dict[str, Any] = {"role": role}
         if role == "assistant":
             extra["prompt_context"] = True

@@ -150,16 +150,16 @@ def turn_rows(ep: Episode, blobs: BlobStore | None = None) -> list[dict[str, Any
     delta of the turn before (:mod:`tackroom.records.deltas`). With ``blobs``, images
     in the messages are written there and referenced (:mod:`tackroom.records.blobs`)."""
     rows: list[dict[str, Any]] = []
-    base: Turn | None = None
+    base_index: int | None = None
     base_messages: list[Any] = []
     memo: dict[int, Any] = {}
     for turn in sorted(ep.turns, key=lambda t: t.index):
         messages = turn.messages if blobs is None else externalize(turn.messages, blobs, memo)
-        delta = None if base is None else encode(base_messages, messages)
+        delta = None if base_index is None else encode(base_messages, messages)
         rows.append(_turn_row(ep.run_id, ep.episode_id, turn,
                               messages if delta is None else delta,
-                              None if delta is None else base.index))
-        base, base_messages = turn, messages
+                              None if delta is None else base_index))
+        base_index, base_messages = turn.index, messages
     return rows
 
 

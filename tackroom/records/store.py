@@ -426,7 +426,9 @@ class RecordStore:
             con = self._db()
             con.begin()
             try:
-                n = one(con.execute(f"SELECT count(*) FROM episodes WHERE {where}", params))[0]
+                row = one(con.execute(f"SELECT count(*) FROM episodes WHERE {where}", params))
+                assert row is not None  # count(*) always gives one row
+                n = row[0]
                 con.execute(f"DELETE FROM turns WHERE {where}", params)
                 con.execute(f"DELETE FROM episodes WHERE {where}", params)
                 con.commit()

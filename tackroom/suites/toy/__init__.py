@@ -28,7 +28,7 @@ class ToySuite:
 
     name = "toy"
     #: Harnesses a run uses when it names none.
-    default_harnesses = ("som-tools", "html-commands", "outline-coords")
+    default_harnesses: tuple[str, ...] = ("som-tools", "html-commands", "outline-coords")
     #: In-process environments: many episodes at a time cost nothing.
     default_concurrency = 16
 
