@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -407,15 +406,25 @@ def test_cli_trains_from_toml_with_overrides_and_resumes_after_a_crash(env, tmp_
     (tmp_path / "train.toml").write_text(_toml(env, out))
     args = ["train", "-c", "train.toml", "optim.steps=4", "optim.micro_batch_size=8",
             "--db", env["db"], "--threads", "1"]
-    proc = subprocess.Popen([*TACKROOM, *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env={**os.environ, **_cli_env(env)})
-    deadline = time.time() + 240
-    while not (out / "checkpoint-2").is_dir():
-        assert proc.poll() is None and time.time() < deadline, proc.stdout.read().decode()
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (out / "final").exists()
+    # The crash: `tackroom train` SIGKILLs itself the moment checkpoint-2 is written
+    # (no handler, no finalizer runs), whatever the machine's speed.
+    crash_after_checkpoint_2 = """
+import os, runpy, signal
+from tackroom.train.engine import TrainEngine
+save = TrainEngine.save_checkpoint
+def save_then_crash(self, *args, **kwargs):
+    path = save(self, *args, **kwargs)
+    if path.name == "checkpoint-2":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return path
+TrainEngine.save_checkpoint = save_then_crash
+runpy.run_module("tackroom.cli", run_name="__main__", alter_sys=True)
+"""
+    crashed = subprocess.run([sys.executable, "-c", crash_after_checkpoint_2, *args],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, **_cli_env(env)})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
+    assert (out / "checkpoint-2").is_dir() and not (out / "final").exists()
     p = cli(*args, "--resume", cwd=tmp_path, env_extra=_cli_env(env))
     assert p.returncode == 0, p.stderr
     assert "resumed from step 2" in p.stdout
