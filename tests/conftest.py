@@ -25,6 +25,29 @@ collect_ignore_glob = ["fixtures/*"]
 
 #: ``tackroom`` as a user runs it, with this interpreter.
 TACKROOM = [sys.executable, "-m", "tackroom.cli"]
+#: ``tackroom`` that SIGKILLs itself the moment ``checkpoint-N`` is written (no handler, no
+#: finalizer runs), whatever the machine's speed: a crash at a known point, for resume tests.
+_KILLED_AFTER_CHECKPOINT = """
+import os, runpy, signal, sys
+from tackroom.train.engine import TrainEngine
+name = sys.argv.pop(1)
+save = TrainEngine.save_checkpoint
+def save_then_crash(self, *args, **kwargs):
+    path = save(self, *args, **kwargs)
+    if path.name == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return path
+TrainEngine.save_checkpoint = save_then_crash
+runpy.run_module("tackroom.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def tackroom_killed_after(checkpoint: str) -> list[str]:
+    """The command line of ``tackroom`` that dies by SIGKILL right after writing
+    ``checkpoint`` (e.g. ``"checkpoint-2"``); append the CLI's arguments to it."""
+    return [sys.executable, "-c", _KILLED_AFTER_CHECKPOINT, checkpoint]
+
+
 #: A wide terminal and no colours, so output is the same on every machine.
 CLI_ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
 

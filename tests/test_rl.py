@@ -21,6 +21,7 @@ import pytest
 pytest.importorskip("torch")
 
 import torch  # noqa: E402
+from conftest import tackroom_killed_after  # noqa: E402
 
 from tackroom.app.training import train  # noqa: E402
 from tackroom.core.errors import ConfigError  # noqa: E402
@@ -406,21 +407,8 @@ def test_cli_trains_from_toml_with_overrides_and_resumes_after_a_crash(env, tmp_
     (tmp_path / "train.toml").write_text(_toml(env, out))
     args = ["train", "-c", "train.toml", "optim.steps=4", "optim.micro_batch_size=8",
             "--db", env["db"], "--threads", "1"]
-    # The crash: `tackroom train` SIGKILLs itself the moment checkpoint-2 is written
-    # (no handler, no finalizer runs), whatever the machine's speed.
-    crash_after_checkpoint_2 = """
-import os, runpy, signal
-from tackroom.train.engine import TrainEngine
-save = TrainEngine.save_checkpoint
-def save_then_crash(self, *args, **kwargs):
-    path = save(self, *args, **kwargs)
-    if path.name == "checkpoint-2":
-        os.kill(os.getpid(), signal.SIGKILL)
-    return path
-TrainEngine.save_checkpoint = save_then_crash
-runpy.run_module("tackroom.cli", run_name="__main__", alter_sys=True)
-"""
-    crashed = subprocess.run([sys.executable, "-c", crash_after_checkpoint_2, *args],
+    # The crash: `tackroom train` SIGKILLs itself the moment checkpoint-2 is written.
+    crashed = subprocess.run([*tackroom_killed_after("checkpoint-2"), *args],
                              cwd=tmp_path, capture_output=True, text=True, timeout=600,
                              env={**os.environ, **_cli_env(env)})
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 
 import torch  # noqa: E402
-from conftest import CLI_ENV, TACKROOM, run_cli  # noqa: E402
+from conftest import CLI_ENV, run_cli, tackroom_killed_after  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
@@ -115,15 +114,12 @@ def test_a_killed_run_resumes_to_the_same_weights(workdir: Path, tmp_path: Path)
             "--threads", "1"]
     p = cli(*args, "--out", str(tmp_path / "whole"), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    proc = subprocess.Popen([*TACKROOM, *args, "--out", str(tmp_path / "killed")],
-                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    deadline = time.time() + 240
-    while not (tmp_path / "killed" / "checkpoint-4").is_dir():
-        assert proc.poll() is None and time.time() < deadline, "no checkpoint before exit"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    # The crash: `tackroom sft` SIGKILLs itself the moment checkpoint-4 is written.
+    crashed = subprocess.run([*tackroom_killed_after("checkpoint-4"), *args, "--out",
+                              str(tmp_path / "killed")], cwd=tmp_path, env=ENV,
+                             capture_output=True, text=True, timeout=600)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
+    assert (tmp_path / "killed" / "checkpoint-4").is_dir()
     assert not (tmp_path / "killed" / "final").exists()
     p = cli(*args, "--out", str(tmp_path / "killed"), "--resume", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
