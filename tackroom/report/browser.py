@@ -122,7 +122,8 @@ def _turn_json(t: Turn, prev: list[dict[str, Any]], images: _Images | None = Non
 
 
 def _episode_json(ep: Episode, images: _Images | None = None) -> dict[str, Any]:
-    turns, prev = [], []
+    turns: list[dict[str, Any]] = []
+    prev: list[dict[str, Any]] = []
     for t in ep.turns:
         turns.append(_turn_json(t, prev, images))
         prev = t.messages or []

@@ -284,6 +284,7 @@ def bar_groups(groups: Sequence[BarGroup], *, title: str = "", x_label: str = ""
     width = left + plot_w + 12 + note_w
     # Legend entries flow left to right and wrap at the plot's width.
     legend_at: list[tuple[float, float]] = []
+    ly: float
     lx, ly = 0.0, (26 if title else 6) + 10
     for label, _, _ in legend:
         w = 32 + _tw(label, 11)

@@ -285,7 +285,7 @@ def _section_tasks(d: Mapping[str, Any]) -> str:
                    "data-task": m["task"]})
     # Many tasks: compact cells (rate only, counts in the tooltip) so matrices sit side by side.
     compact = len(d["tasks"]) > 15
-    size = {"cell_w": 50, "cell_h": 22, "fit_labels": False} if compact else {}
+    size: dict[str, Any] = {"cell_w": 50, "cell_h": 22, "fit_labels": False} if compact else {}
     out.append('<div class="plots">')
     for p in d["policies"]:
         if p in by_policy:

@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from tackroom.analysis.stats import TaskTable, wilson
 from tackroom.analysis.summary import CellSummary, by_harness_policy, by_task, final_attempts
@@ -367,8 +367,8 @@ def _ceilings_and_mismatch(view: ReportView, train_harness: dict[str, str],
             best = ceiling_mod.best_ceiling(ests)
             data["best_ceiling"][h] = {"estimator": best.estimator, "value": _num(best.value),
                                        "lo": _num(best.lo), "hi": _num(best.hi)}
-        for e in ests:
-            for pk in getattr(e, "pass_at_k", None) or []:
+        for est in ests:
+            for pk in getattr(est, "pass_at_k", None) or []:
                 data["pass_at_k"].append({
                     "harness": pk.harness, "policy": pk.policy, "k": pk.k,
                     "value": _num(pk.value), "lo": _num(pk.lo), "hi": _num(pk.hi),
@@ -508,9 +508,11 @@ def _conflation(view: ReportView, train_harness: dict[str, str], compare: Pairs 
             how = ("each policy under its own harness (the one it was trained under, else its "
                    "best), compared with every other policy under its own — or, with one "
                    "policy, its own harness against each other harness")
-        out, skipped = [], []
+        out: list[dict[str, Any]] = []
+        skipped: list[dict[str, Any]] = []
         for i, (a, b) in enumerate(pairs):
-            a, b = tuple(a), tuple(b)
+            # Pairs read from JSON arrive as lists; the cells are keyed by tuples.
+            a, b = cast(tuple[str, str], tuple(a)), cast(tuple[str, str], tuple(b))
             try:
                 c = mod.conflation(cell_rows.get(a, []) + cell_rows.get(b, []), a, b, ceils)
             except ValueError as e:
@@ -585,7 +587,7 @@ def _gain(view: ReportView, train_harness: dict[str, str],
             "success_before": _num(getattr(p, "success_before", None)),
             "success_after": _num(getattr(p, "success_after", None)),
             "n_tasks": getattr(p, "n_tasks", None)})
-    fit_d = None
+    fit_d: dict[str, Any] | None = None
     if fit is not None:
         fit_d = {k: _num(getattr(fit, k, None)) for k in
                  ("coef_ceiling", "coef_mismatch", "intercept", "r2")}

@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass
 
 from tackroom.agents.install import ensure_installed
-from tackroom.core.actions import Submit
+from tackroom.core.actions import Action, Submit
 from tackroom.core.episode import Episode, Outcome, Turn, episode_id
 from tackroom.core.errors import (
     ActionError,
@@ -26,6 +26,7 @@ from tackroom.core.errors import (
     PolicyError,
     TackroomError,
 )
+from tackroom.core.observation import Observation
 from tackroom.core.policy import ExpertView, Policy, PolicyRequest, PolicyResponse, Sampling
 from tackroom.core.task import Environment, EnvironmentPool, Expert, Task, call_env
 from tackroom.harness.session import HarnessSession
@@ -151,8 +152,11 @@ async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert
         t0 = time.perf_counter()
         turn = Turn(index=t, messages=session.messages())
         current = obs
-        view = ExpertView(task=spec.task, observation=current, state=state,
-                          encode=lambda actions, o=current: session.encode(actions, o),
+
+        def encode(actions: list[Action], o: Observation = current) -> PolicyResponse | None:
+            return session.encode(actions, o)  # `o`: this turn's observation, bound now
+
+        view = ExpertView(task=spec.task, observation=current, state=state, encode=encode,
                           expert=expert, seed=spec.seed, harness=h.name, turn=t)
         request = PolicyRequest(messages=turn.messages, tools=session.tools,
                                 sampling=spec.sampling, view=view)

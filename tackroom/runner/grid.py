@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tackroom.core.episode import Episode, Outcome, episode_id
 from tackroom.core.errors import PolicyError
@@ -28,6 +28,9 @@ from tackroom.core.task import ENV_EXECUTOR, Expert, Suite, Task
 from tackroom.harness.spec import HarnessSpec
 from tackroom.runner.agent import Gateways
 from tackroom.runner.episode import EpisodeSpec, run_episode
+
+if TYPE_CHECKING:
+    from tackroom.records.converter import RowConverter
 
 #: How many times an infra-failed episode is retried within the same run.
 INFRA_RETRIES = 1
@@ -171,7 +174,7 @@ class _Writer:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.offload = offload and hasattr(store, "append_tables")
-        self._converter = None
+        self._converter: RowConverter | None = None
         #: Episodes whose rows the converter process made (for tests and the bench).
         self.offloaded = 0
 

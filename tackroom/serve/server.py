@@ -176,6 +176,7 @@ class ModelServer:
         if policy is None:
             from tackroom.policies.hf_policy import HFPolicy
 
+            assert model_dir is not None  # checked above: exactly one of the two is given
             policy = HFPolicy(model_dir, device=device, dtype=dtype, max_batch=max_batch,
                               batch_wait_ms=batch_wait_ms, threads=threads)
         self.policy = policy

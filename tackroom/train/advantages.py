@@ -343,8 +343,8 @@ def _std(x: np.ndarray) -> float:
     return float(np.std(x, ddof=1)) if x.size > 1 else 0.0
 
 
-def normalise_rewards(rewards: Sequence[float], harnesses: Sequence[str], mode: Normalise,
-                      eps: float = 1e-4) -> np.ndarray:
+def normalise_rewards(rewards: Sequence[float] | np.ndarray, harnesses: Sequence[str],
+                      mode: Normalise, eps: float = 1e-4) -> np.ndarray:
     """x_i = (r_i − mean_S r) / (std_S r + ε), S = i's harness (``per_harness``),
     every sample (``pooled``); x = r for ``none`` — whichever normalisation ``mode`` names."""
     if mode not in advantage_names("normalise"):

@@ -193,8 +193,8 @@ class TrainEngine:
             raise ConfigError(f"the tokenizer in {path} has no chat template", "model",
                               "use a chat model, or one made by `tackroom model init`")
         with no_progress_bars():
-            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
-                                                         dtype=torch.float32)
+            model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
+                path, local_files_only=True, dtype=torch.float32)
         model.to(self.device)
         if self.lora is not None:
             from peft import LoraConfig, PeftModel, get_peft_model
@@ -252,8 +252,9 @@ class TrainEngine:
         """
         import torch
 
-        final = self.out_dir / f"{CHECKPOINT_PREFIX}{self.step}"
-        tmp = self.out_dir / f".tmp-{CHECKPOINT_PREFIX}{self.step}"
+        out = Path(self.out_dir)  # a Path since __post_init__; typed as given
+        final = out / f"{CHECKPOINT_PREFIX}{self.step}"
+        tmp = out / f".tmp-{CHECKPOINT_PREFIX}{self.step}"
         shutil.rmtree(tmp, ignore_errors=True)
         self._save_weights(tmp)
         if extra is not None:
@@ -292,7 +293,7 @@ class TrainEngine:
         ``dtype`` (``float16``/``bfloat16``) stores full weights at half size; the
         hf backend loads them back as float32.
         """
-        target = Path(path) if path else self.out_dir / "final"
+        target = Path(path) if path else Path(self.out_dir) / "final"
         shutil.rmtree(target, ignore_errors=True)
         self._save_weights(target, dtype=dtype)
         if card is not None:
@@ -345,7 +346,7 @@ class TrainEngine:
                               "--resume", "resume with the same model and settings")
 
     def _prune(self) -> None:
-        ckpts = sorted((p for p in self.out_dir.glob(f"{CHECKPOINT_PREFIX}*")
+        ckpts = sorted((p for p in Path(self.out_dir).glob(f"{CHECKPOINT_PREFIX}*")
                         if p.name.removeprefix(CHECKPOINT_PREFIX).isdigit()),
                        key=lambda p: int(p.name.removeprefix(CHECKPOINT_PREFIX)))
         for old in ckpts[:-self.keep_checkpoints] if self.keep_checkpoints > 0 else []:

@@ -224,6 +224,7 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
 
     kl = _kl_term(logp, ref_logp, ratio, kl_ratio_correction)
     if beta:
+        assert kl is not None  # _check: a beta needs ref_logp
         per_token = per_token + beta * kl
 
     loss = aggregate(per_token, mask, aggregation, max_completion_length=max_completion_length,
@@ -304,6 +305,7 @@ def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
 
     kl = _kl_term(logp, ref_logp, weight, kl_ratio_correction)
     if beta:
+        assert kl is not None  # _check: a beta needs ref_logp
         per_token = per_token + beta * kl                                     # → [B, T]
 
     loss = aggregate(per_token, mask, aggregation, max_completion_length=max_completion_length,

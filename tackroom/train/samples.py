@@ -107,8 +107,9 @@ def episode_samples(ep: Episode, index: int, tokenizer: Any,
             continue
         recorded = use_recorded and bool(turn.token_ids) and usable_logprobs(turn,
                                                                              len(completion))
+        logprobs = turn.logprobs if recorded else None  # recorded: usable, so not None
         out.append(TurnSample(prompt, completion,
-                              [float(x) for x in turn.logprobs] if recorded else None,
+                              [float(x) for x in logprobs] if logprobs is not None else None,
                               index, turn.index, ep.harness, recorded_logp=recorded))
     return out
 

@@ -85,7 +85,7 @@ def from_response(response: PolicyResponse, *, logprobs: bool) -> Completion:
     """
     calls = fixed_calls(list(response.tool_calls))
     finish = response.finish_reason or "stop"
-    entries = None
+    entries: list[dict[str, Any]] | None = None
     if logprobs and response.logprobs is not None:
         ids = response.token_ids or []
         entries = [{"token": f"token_id:{int(ids[k])}" if k < len(ids) else "",

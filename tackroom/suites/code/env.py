@@ -27,8 +27,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from tackroom.core.actions import (
     Action,
@@ -123,8 +125,10 @@ class CodeEnv:
             return StepResult(self._obs(self._shell(action.cmd)), 0.0, False)
         if isinstance(action, RunAgent):
             return self._run_agent(action)
-        handlers = {Edit: self._edit, WriteFile: self._write, EditLines: self._edit_lines,
-                    ViewFile: self._view}
+        # Each handler takes the action type it is keyed by.
+        handlers: dict[type[Action], Callable[[Any], str]] = {
+            Edit: self._edit, WriteFile: self._write, EditLines: self._edit_lines,
+            ViewFile: self._view}
         handler = handlers.get(type(action))
         if handler is None:
             raise ActionError(f"the code suite does not support {action.kind!r} actions; use "

@@ -76,6 +76,7 @@ try:  # the ``web`` extra
     )
     from selenium.webdriver.chrome.service import Service as ChromeService
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.remote_connection import RemoteConnection
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.wait import WebDriverWait
 except ImportError as exc:  # pragma: no cover - depends on the install
@@ -209,7 +210,9 @@ class _Instance(SeleniumInstance):
         self.pgid = self._leftovers["pgid"]
         try:
             with contextlib.suppress(AttributeError):  # private in selenium; best effort
-                self.driver.command_executor._client_config.timeout = COMMAND_TIMEOUT_S
+                executor = self.driver.command_executor
+                if isinstance(executor, RemoteConnection):
+                    executor._client_config.timeout = COMMAND_TIMEOUT_S
             self.driver.set_script_timeout(COMMAND_TIMEOUT_S)
             self.goto(self.url)
             self.inner_width, self.inner_height = self.driver.execute_script(
@@ -258,7 +261,7 @@ class _Instance(SeleniumInstance):
             utterance = utterance["utterance"]
         self.last_utterance = utterance
         self.last_html = html
-        self.cached_fields = []
+        self.cached_fields: list[tuple[str, str]] = []
         root_dom = DOMElement(dom_info)
         img = create_empty_screenshot(self.task_width, self.task_height)
         return create_observation(utterance, root_dom, img, []), {"root_dom": root_dom}
@@ -266,6 +269,8 @@ class _Instance(SeleniumInstance):
 
 class _MiniWoBEnvironment(MiniWoBEnvironment):
     """miniwob's gymnasium environment, started with :class:`_Instance`."""
+
+    instance: _Instance
 
     def _hard_reset_instance(self) -> None:
         if getattr(self, "instance", None):
@@ -391,6 +396,7 @@ class MiniWoBEnv:
                              "acquire a new environment from the pool")
         if not self.alive():
             self._start()
+        assert self._gym is not None  # alive() or _start() made sure
         inst = self._gym.instance
         if inst.url != task_url(self.task_id):
             inst.goto(task_url(self.task_id))
@@ -428,6 +434,7 @@ class MiniWoBEnv:
                     self.driver.execute_script(
                         "if (document.activeElement && document.activeElement.blur)"
                         " document.activeElement.blur();")
+                assert self._gym is not None  # _ensure() made sure
                 obs, info = self._gym.reset(seed=seed, options={"record_screenshots": False})
                 break
             except BROWSER_ERRORS as exc:
@@ -439,6 +446,7 @@ class MiniWoBEnv:
                 log.warning("MiniWoB++ browser failed at reset (%s); restarting", _short(exc))
         self.episodes += 1
         self._done = False
+        assert self._gym is not None  # the loop ends only after a reset on a live browser
         self._instruction = self._gym.instance.last_utterance
         return self._observation(info["root_dom"])
 
@@ -472,6 +480,7 @@ class MiniWoBEnv:
     # -- translation --------------------------------------------------------
 
     def _observation(self, root: DOMElement) -> Observation:
+        assert self._gym is not None  # called in an episode: reset() started the browser
         inst = self._gym.instance
         elements = []
         refs: dict[int, Element] = {}
@@ -500,6 +509,7 @@ class MiniWoBEnv:
                            f"refs in the current observation include {some}")
 
     def _translate(self, action: Action) -> dict[str, Any]:
+        assert self._gym is not None  # step() checked
         create = self._gym.create_action
         if isinstance(action, Click):
             el = self._refs.get(action.ref)
@@ -526,6 +536,7 @@ class MiniWoBEnv:
                           "use click, type, click_at, type_text or press")
 
     def _click_at(self, x: float, y: float) -> dict[str, Any]:
+        assert self._gym is not None  # step() checked
         inst = self._gym.instance
         if not (0 <= x < inst.inner_width and 0 <= y < inst.inner_height):
             raise ActionError(f"({x:g}, {y:g}) is outside the page "

@@ -21,11 +21,12 @@ from typing import Any
 from tackroom.core.actions import Action, Click, ClickAt, Press, Type, TypeText
 from tackroom.core.errors import ActionError
 from tackroom.core.observation import Element, Observation
+from tackroom.core.task import Expert
 
 ExpertFn = Callable[[Observation, dict[str, Any]], list[Action]]
 
 #: task id -> expert; filled by the ``@expert`` decorator below.
-EXPERTS: dict[str, ExpertFn] = {}
+EXPERTS: dict[str, Expert] = {}
 
 
 def expert(*task_ids: str) -> Callable[[ExpertFn], ExpertFn]:
@@ -68,6 +69,13 @@ def first(elements: list[Element], what: str) -> Element:
     if not elements:
         raise LookupError(f"expert: no {what} on the page")
     return elements[0]
+
+
+def matched(m: re.Match[str] | None, what: str) -> re.Match[str]:
+    """``m``, or a LookupError (which the registered expert turns into ``[]``) if no match."""
+    if m is None:
+        raise LookupError(f"expert: no {what} in the text")
+    return m
 
 
 def submit_button(obs: Observation) -> Element:
@@ -120,7 +128,7 @@ def click_test(obs: Observation, state: dict[str, Any]) -> list[Action]:
 
 @expert("click-test-2", "click-test-transfer")
 def click_test_2(obs: Observation, state: dict[str, Any]) -> list[Action]:
-    name = re.search(r"Click button (\w+)", obs.instruction).group(1)
+    name = matched(re.search(r"Click button (\w+)", obs.instruction), "button name").group(1)
     return [Click(first(buttons(obs, name), f"button {name}").ref)]
 
 
@@ -183,13 +191,14 @@ def click_checkboxes(obs: Observation, state: dict[str, Any]) -> list[Action]:
 
 @expert("click-option")
 def click_option(obs: Observation, state: dict[str, Any]) -> list[Action]:
-    item = re.match(r"Select (.*) and click Submit\.", obs.instruction).group(1)
+    m = re.match(r"Select (.*) and click Submit\.", obs.instruction)
+    item = matched(m, "option to select").group(1)
     return _check_boxes(obs, {item}, "input_radio")
 
 
 @expert("click-tab")
 def click_tab(obs: Observation, state: dict[str, Any]) -> list[Action]:
-    n = re.search(r"Tab #(\d+)", obs.instruction).group(1)
+    n = matched(re.search(r"Tab #(\d+)", obs.instruction), "tab number").group(1)
     tabs = [e for e in obs.elements if e.tag == "a" and e.text == f"Tab #{n}"]
     return [Click(first(tabs, f"Tab #{n}").ref)]
 
@@ -259,7 +268,7 @@ def focus_text(obs: Observation, state: dict[str, Any]) -> list[Action]:
 
 
 def _ordinal(text: str) -> int:
-    m = re.search(r"\b(\d+)(?:st|nd|rd|th)\b", text)
+    m = matched(re.search(r"\b(\d+)(?:st|nd|rd|th)\b", text), "ordinal")
     return int(m.group(1)) - 1
 
 
@@ -273,13 +282,15 @@ def focus_text_2(obs: Observation, state: dict[str, Any]) -> list[Action]:
 def odd_or_even(obs: Observation, state: dict[str, Any]) -> list[Action]:
     plan: list[Action] = []
     for row in (e for e in obs.elements if "row" in e.classes.split()):
-        number = None
+        number: int | None = None
         choice: dict[str, Element] = {}
         for el in _descendants(obs, row.ref):
             if "display-number" in el.classes.split():
                 number = int(el.text)
             if el.tag == "button":
                 choice[el.text] = el
+        if number is None:
+            raise LookupError("expert: no number in a row")
         want = choice["Odd" if number % 2 else "Even"]
         if "selected" not in want.classes.split():
             plan.append(Click(want.ref))
@@ -329,7 +340,7 @@ def navigate_tree(obs: Observation, state: dict[str, Any]) -> list[Action]:
 def choose_list(obs: Observation, state: dict[str, Any]) -> list[Action]:
     # A closed <select> shows none of its options; typing an option's name
     # into the focused list selects it (the browser's type-ahead).
-    item = re.match(r"Select (.*) from the list", obs.instruction).group(1)
+    item = matched(re.match(r"Select (.*) from the list", obs.instruction), "item").group(1)
     select = first([e for e in obs.elements if e.tag == "select"], "list")
     if not state.get("typed"):
         state["typed"] = True
@@ -419,7 +430,8 @@ def copy_paste_2(obs: Observation, state: dict[str, Any]) -> list[Action]:
 @expert("simple-arithmetic")
 def simple_arithmetic(obs: Observation, state: dict[str, Any]) -> list[Action]:
     problem = first([e for e in obs.elements if e.id == "math-problem"], "problem").text
-    a, op, b = re.match(r"\s*(-?\d+)\s*([-+x])\s*(-?\d+)", problem).groups()
+    m = re.match(r"\s*(-?\d+)\s*([-+x])\s*(-?\d+)", problem)
+    a, op, b = matched(m, "arithmetic problem").groups()
     x, y = int(a), int(b)
     answer = {"+": x + y, "-": x - y, "x": x * y}[op]
     box = first([e for e in obs.elements if e.id == "math-answer"], "answer box")
@@ -436,8 +448,8 @@ def simple_algebra(obs: Observation, state: dict[str, Any]) -> list[Action]:
         d = int(m.group(2))
         answer = total - d if m.group(1) == "+" else total + d
     else:  # d + x = t, d - x = t
-        d, op = re.match(r"(\d+)\s*([-+])\s*x$", lhs).groups()
-        answer = total - int(d) if op == "+" else int(d) - total
+        n, op = matched(re.match(r"(\d+)\s*([-+])\s*x$", lhs), "equation").groups()
+        answer = total - int(n) if op == "+" else int(n) - total
     box = first([e for e in obs.elements if e.id == "math-answer"], "answer box")
     return _fill_and_submit(obs, state, [(box, str(answer))], submit_button(obs))
 
@@ -462,7 +474,8 @@ def _table(obs: Observation) -> dict[str, str]:
 
 @expert("read-table")
 def read_table(obs: Observation, state: dict[str, Any]) -> list[Action]:
-    key = re.match(r"Enter the value of (.*) into the text field", obs.instruction).group(1)
+    m = re.match(r"Enter the value of (.*) into the text field", obs.instruction)
+    key = matched(m, "key to look up").group(1)
     return _fill_and_submit(obs, state, [(first(inputs(obs), "text field"), _table(obs)[key])],
                             submit_button(obs))
 
@@ -493,7 +506,8 @@ def script(state: dict[str, Any], make: Callable[[], list[Action]]) -> list[Acti
 
 @expert("enter-date")
 def enter_date(obs: Observation, state: dict[str, Any]) -> list[Action]:
-    mm, dd, yyyy = re.search(r"(\d\d)/(\d\d)/(\d{4})", obs.instruction).groups()
+    found = re.search(r"(\d\d)/(\d\d)/(\d{4})", obs.instruction)
+    mm, dd, yyyy = matched(found, "date").groups()
     box = first(inputs(obs, "input_date"), "date field")
     submit = submit_button(obs)
     if box.value == f"{yyyy}-{mm}-{dd}":
@@ -513,7 +527,7 @@ def enter_date(obs: Observation, state: dict[str, Any]) -> list[Action]:
 
 @expert("enter-time")
 def enter_time(obs: Observation, state: dict[str, Any]) -> list[Action]:
-    h, m, ampm = re.search(r"(\d+):(\d\d) (AM|PM)", obs.instruction).groups()
+    h, m, ampm = matched(re.search(r"(\d+):(\d\d) (AM|PM)", obs.instruction), "time").groups()
     box = first(inputs(obs, "input_time"), "time field")
     hour24 = int(h) % 12 + (12 if ampm == "PM" else 0)
     if box.value == f"{hour24:02d}:{m}":

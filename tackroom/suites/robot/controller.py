@@ -14,6 +14,7 @@ either the script is killed and the task is checked as it stands.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import selectors
@@ -24,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tackroom.core.errors import InfraError
 from tackroom.sandbox import BubblewrapSandbox, Limits, kill
@@ -140,7 +141,9 @@ def run_controller(sim: Any, code: str, *, timeout_s: float = 60.0, max_commands
 
             def drain() -> None:
                 assert proc.stderr is not None
-                for chunk in iter(lambda: proc.stderr.read1(4096), b""):  # type: ignore[union-attr]
+                # A PIPE at the default buffering is a BufferedReader, which has read1.
+                stderr = cast(io.BufferedReader, proc.stderr)
+                for chunk in iter(lambda: stderr.read1(4096), b""):
                     if len(err) < 4 * OUTPUT_LIMIT:
                         err.extend(chunk)
 

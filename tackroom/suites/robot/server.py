@@ -44,7 +44,7 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tackroom.core.errors import InfraError
 from tackroom.suites.robot.web.assets import SERVED, ensure_three
@@ -269,7 +269,8 @@ class RobotServer:
             else:
                 self._httpd = ThreadingHTTPServer((host, port), handler)
                 self._httpd.daemon_threads = True
-                self.host, self.port = self._httpd.server_address[:2]
+                # An AF_INET socket's name is (host, port), the host a str.
+                self.host, self.port = cast(tuple[str, int], self._httpd.server_address[:2])
         except OSError as e:
             where = self.unix_socket or f"{host}:{port}"
             raise InfraError(f"cannot serve the robot interface on {where} "

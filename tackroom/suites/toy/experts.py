@@ -10,13 +10,11 @@ only ``Click``, ``Type`` and ``Press``; coordinate harnesses convert them via
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from tackroom.core.actions import Action, Click, Press, Type
 from tackroom.core.observation import Element, Observation
-
-ExpertFn = Callable[[Observation, dict[str, Any]], list[Action]]
+from tackroom.core.task import Expert
 
 _QUOTED = re.compile(r'"([^"]*)"')
 
@@ -243,7 +241,7 @@ def simple_math(obs: Observation, state: dict[str, Any]) -> list[Action]:
     return _fill(_inputs(obs)[0], str(answer)) + _submit(obs)
 
 
-EXPERTS: dict[str, ExpertFn] = {
+EXPERTS: dict[str, Expert] = {
     "click-button": click_button,
     "click-link": click_link,
     "click-checkboxes": click_checkboxes,
