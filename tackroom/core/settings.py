@@ -534,9 +534,13 @@ def _coerce(spec: SettingSpec, value: Any, where: str) -> Any:
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad("a number")
-        if not math.isfinite(value):
+        try:
+            number = float(value)
+        except OverflowError:  # an int past a float's range (TOML allows any length)
+            raise bad("a finite number") from None
+        if not math.isfinite(number):
             raise bad("a finite number")
-        return float(value)
+        return number
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
