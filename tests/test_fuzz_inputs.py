@@ -375,9 +375,12 @@ def test_random_bytes_as_a_harness_file_fail_in_one_line(home, content):
 
 # -- regressions the fuzzing found (plain tests) -----------------------------------------------
 @pytest.mark.parametrize("content, needle", [
-    ('[observation]\nrenderer = ["element_list"]\n', "unknown renderer"),  # unhashable
-    ('[actions]\nparser = {a = 1}\n', "unknown parser"),
-    ('[loop]\non_malformed = [1]\n', "unknown on_malformed"),
+    ('[observation]\nrenderer = ["element_list"]\n',  # unhashable
+     "renderer = ['element_list'] is not a string"),
+    ('[actions]\nparser = {a = 1}\n', "parser = {'a': 1} is not a string"),
+    ('[loop]\non_malformed = [1]\n', "on_malformed = [1] is not a string"),
+    ('[budget]\ntokens = ' + "9" * 400 + "\n", "budget.tokens"),  # past a float's range
+    ('[loop]\nhistory = ' + "9" * 400 + "\n", "out of range"),
     ('[prompt]\nfirst_turn = "{instruction.__class__}"\n', "unknown placeholder"),
     ('[prompt]\nfirst_turn = "{instruction[x]}"\n', "unknown placeholder"),
     ('[prompt]\nnext_turn = "{feedback[0]}"\n', "unknown placeholder"),

@@ -37,9 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from tackroom.core.errors import HarnessError
-from tackroom.core.registry import get, names
+from tackroom.core.registry import get
 from tackroom.harness.agent import check_agent
 from tackroom.harness.delegation import check_delegation
+from tackroom.harness.slots import check_slot, check_value, slot_defaults
 
 BUILTIN_DIR = Path(__file__).parent / "harnesses"
 #: Shipped agent harnesses (third-party CLIs; see tackroom.harness.agent).
@@ -52,27 +53,18 @@ DEFAULT_SYSTEM = (
     "Each turn you see the page and act on it."
 )
 
-#: Defaults for every slot; a harness file overrides what it names.
+#: Defaults for every slot; a harness file overrides what it names. The typed keys' defaults
+#: are their declarations in :mod:`tackroom.harness.slots` (with their docs and limits).
 DEFAULTS: dict[str, Any] = {
     "prompt": {
         "system": DEFAULT_SYSTEM,
         "first_turn": "Task: {instruction}\n\nPage:\n{observation}{budget}",
         "next_turn": "{feedback}Page:\n{observation}{budget}",
     },
-    "observation": {"renderer": "element_list", "max_chars": 12000, "options": {}},
-    "actions": {"interface": "element_refs", "parser": "tool_calls"},
-    "loop": {
-        "actions_per_turn": 1,
-        "history": 4,
-        "on_malformed": "feedback",
-        "on_action_error": "feedback",
-        "max_consecutive_errors": 5,
-        "reflect_prompt": (
-            "Before acting again, reflect in one or two sentences on why the last "
-            "action failed and what you will do differently."
-        ),
-    },
-    "budget": {"turns": 12, "tokens": 0, "wall_seconds": 300.0, "state_to_model": True},
+    "observation": {**slot_defaults("observation"), "options": {}},
+    "actions": slot_defaults("actions"),
+    "loop": slot_defaults("loop"),
+    "budget": slot_defaults("budget"),
     "skills": [],
 }
 
@@ -390,8 +382,8 @@ def parse_harness(raw: dict[str, Any], source: str = "<memory>",
     _check_prompt(slots["prompt"], where)
     _check_observation(slots["observation"], where)
     _check_actions(slots["actions"], where)
-    _check_loop(slots["loop"], where)
-    _check_budget(slots["budget"], where)
+    check_slot("loop", slots["loop"], where)
+    check_slot("budget", slots["budget"], where)
     skills = _check_skills(raw.get("skills", []), where)
     agent = check_agent(raw["agent"], where) if "agent" in raw else {}
     delegation = check_delegation(raw["delegation"], where) if "delegation" in raw else None
@@ -452,19 +444,6 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
                        for k in kinds)
 
 
-def _range(value: Any, lo: float, hi: float, where: str, what: str) -> None:
-    _type(value, (int, float), where, what)
-    if not lo <= value <= hi:
-        raise HarnessError(f"{what} = {value} is out of range", where,
-                           f"allowed: {lo:g} to {hi:g}")
-
-
-def _choice(value: Any, allowed: list[str] | set[str], where: str, what: str) -> None:
-    if not isinstance(value, str) or value not in allowed:
-        raise HarnessError(f"unknown {what} {value!r}", where,
-                           f"allowed: {', '.join(sorted(allowed))}")
-
-
 def _check_prompt(p: dict[str, Any], where: str) -> None:
     for key, value in p.items():
         _type(value, str, f"{where} [prompt].{key}", key)
@@ -492,12 +471,11 @@ def _check_template(value: str, allowed: set[str], where: str) -> None:
 
 
 def _check_observation(o: dict[str, Any], where: str) -> None:
-    _choice(o["renderer"], names("renderer"), f"{where} [observation].renderer", "renderer")
-    _range(o["max_chars"], 0, 1_000_000, f"{where} [observation].max_chars", "max_chars")
+    check_slot("observation", o, where)
     _type(o["options"], dict, f"{where} [observation].options", "options")
     if "max_chars" in o["options"]:  # the renderers read it there, over the slot's own
-        _range(o["options"]["max_chars"], 0, 1_000_000,
-               f"{where} [observation].options.max_chars", "max_chars")
+        check_value("observation", "max_chars", o["options"]["max_chars"],
+                    f"{where} [observation].options.max_chars")
     _check_plain(o["options"], f"{where} [observation].options")
 
 
@@ -518,8 +496,7 @@ def _check_plain(value: Any, where: str) -> None:
 
 
 def _check_actions(a: dict[str, Any], where: str) -> None:
-    _choice(a["interface"], names("interface"), f"{where} [actions].interface", "interface")
-    _choice(a["parser"], names("parser"), f"{where} [actions].parser", "parser")
+    check_slot("actions", a, where)
     described = a.get("descriptions")
     if described is None:
         return
@@ -535,29 +512,6 @@ def _check_actions(a: dict[str, Any], where: str) -> None:
         if not isinstance(text, str) or not text.strip() or len(text) > 2000:
             raise HarnessError(f"the description of {name!r} must be text of 1 to 2000 "
                                "characters", w, "write what the tool does, in one line")
-
-
-def _check_loop(loop: dict[str, Any], where: str) -> None:
-    w = f"{where} [loop]"
-    _range(loop["actions_per_turn"], 1, 50, f"{w}.actions_per_turn", "actions_per_turn")
-    _type(loop["actions_per_turn"], int, f"{w}.actions_per_turn", "actions_per_turn")
-    _range(loop["history"], 0, 1000, f"{w}.history", "history")
-    _type(loop["history"], int, f"{w}.history", "history")
-    _choice(loop["on_malformed"], ["feedback", "end"], f"{w}.on_malformed", "on_malformed policy")
-    _choice(loop["on_action_error"], ["feedback", "reflect", "end"], f"{w}.on_action_error",
-            "on_action_error policy")
-    _range(loop["max_consecutive_errors"], 1, 1000, f"{w}.max_consecutive_errors",
-           "max_consecutive_errors")
-    _type(loop["reflect_prompt"], str, f"{w}.reflect_prompt", "reflect_prompt")
-
-
-def _check_budget(b: dict[str, Any], where: str) -> None:
-    w = f"{where} [budget]"
-    _range(b["turns"], 1, 10_000, f"{w}.turns", "turns")
-    _type(b["turns"], int, f"{w}.turns", "turns")
-    _range(b["tokens"], 0, 100_000_000, f"{w}.tokens", "tokens (0 = no limit)")
-    _range(b["wall_seconds"], 0, 7 * 86400, f"{w}.wall_seconds", "wall_seconds (0 = no limit)")
-    _type(b["state_to_model"], bool, f"{w}.state_to_model", "state_to_model")
 
 
 def _check_skills(skills: Any, where: str) -> tuple[Skill, ...]:
