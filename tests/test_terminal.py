@@ -177,6 +177,37 @@ def test_keystroke_harness_keeps_a_live_shell(tmp_path):
     assert env.session is None
 
 
+def test_ctrl_c_reaches_the_agents_shell_when_tackroom_started_with_sigint_ignored(tmp_path):
+    """``tackroom eval … &`` from a script starts with SIGINT ignored, which an exec'd
+    program inherits and bash cannot undo: the sandbox gives its programs SIGINT back."""
+    import signal
+
+    write_task(tmp_path / "store", "live", toml="[tackroom]\ncommand_timeout_sec = 30.0\n")
+    suite = TerminalSuite(store=tmp_path / "store")
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        env = suite.make_env(suite.task("live"))
+        try:
+            env.reset(0)
+            h = HarnessSession(load_harness("terminal-keys"), "task")
+
+            def keys(k: str, wait: float) -> str:
+                call = ToolCall("c1", "send_keys", json.dumps({"keystrokes": k, "wait_s": wait}))
+                parsed = h.parse(PolicyResponse(tool_calls=[call]))
+                assert parsed.error is None, parsed.error
+                return env.step(parsed.actions[0]).observation.text
+
+            assert keys("sleep 300\n", 0.3).rstrip().endswith("sleep 300")
+            # Waiting for the prompt: it comes back only if sleep died of the C-c.
+            screen = keys("C-c", 25)
+            assert screen.rstrip().endswith("$"), screen
+            assert "per-command limit" not in screen
+        finally:
+            env.close()
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_episode_wall_time_ends_the_episode_with_the_tests_verdict(tmp_path):
     write_task(tmp_path / "store", "quick", toml="[agent]\ntimeout_sec = 1.5\n")
     suite = TerminalSuite(store=tmp_path / "store")

@@ -56,7 +56,7 @@ from tackroom.images.egress import enter as enter_netns
 from tackroom.images.overlay import MS_NODEV, MS_NOSUID, mount, unmount
 from tackroom.images.userns import IMAGE_UID, as_image_root, mapped_userns
 from tackroom.sandbox.contract import CommandResult, Container, Limits, SandboxUnavailable
-from tackroom.sandbox.process import ProcessSandbox, copy_tree, limit_in_output
+from tackroom.sandbox.process import ProcessSandbox, child_setup, copy_tree, limit_in_output
 
 #: Where the task directory appears inside the sandbox.
 TASK_PATH = "/task"
@@ -383,8 +383,10 @@ class BubblewrapSandbox(ProcessSandbox):
             raise InfraError("sandbox is closed", str(self.workdir))
         if self._userns_fd >= 0:
             kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), self._userns_fd)
-        if self.netns is not None:
-            kwargs["preexec_fn"] = functools.partial(enter_netns, self.netns)
+        enter = functools.partial(enter_netns, self.netns) if self.netns is not None else None
+        setup = child_setup(enter)
+        if setup is not None:
+            kwargs["preexec_fn"] = setup
         return subprocess.Popen(  # noqa: S603 - argv is built here, never through a shell
             self.argv(argv, env), cwd=self.workdir,
             env=self._env(env) if self.unsafe_local else {"PATH": SANDBOX_PATH},

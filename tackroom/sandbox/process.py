@@ -10,6 +10,7 @@ leaves a sandbox: only regular files, directories and symlinks.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import selectors
 import shutil
@@ -18,7 +19,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Self
 
@@ -188,3 +189,37 @@ def _drain(proc: subprocess.Popen, deadline: float) -> tuple[bytes, bytes, bool]
         proc.stdout.close()
         proc.stderr.close()
     return bytes(bufs[out_fd]), bytes(bufs[err_fd]), timed_out
+
+
+#: The terminal's signals a sandboxed program must get at their defaults.
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+_libc.signal.restype = ctypes.c_void_p
+
+
+def _default_terminal_signals() -> None:
+    # In the forked child, before exec: libc's signal(), since Python's signal.signal may be
+    # called from the main thread only and Popen runs from worker threads too.
+    for sig in TERMINAL_SIGNALS:
+        _libc.signal(int(sig), None)  # NULL is SIG_DFL
+
+
+def child_setup(then: Callable[[], None] | None = None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that gives a sandboxed program SIGINT and SIGQUIT at their defaults,
+    then runs ``then`` (entering a network namespace, say); ``then`` alone when no reset
+    is needed.
+
+    An ignored signal stays ignored across ``exec`` and bash cannot un-ignore one it was
+    started with: a run started from a script (``tackroom eval … &`` ignores SIGINT) would
+    otherwise give the agent a shell on which Ctrl-C does nothing.
+    """
+    if not any(signal.getsignal(sig) is signal.SIG_IGN for sig in TERMINAL_SIGNALS):
+        return then
+
+    def setup() -> None:
+        _default_terminal_signals()
+        if then is not None:
+            then()
+
+    return setup
