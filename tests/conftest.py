@@ -264,3 +264,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (file in SLOW_FILES or f"{file}::{name}" in SLOW_TESTS
                 or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _no_stop_requested() -> None:
+    """Each test starts with no stop requested: an in-process test that signalled a run
+    (tackroom.core.cancel keeps the signal for the command's exit status) must not cancel
+    the next test's runs in the same worker."""
+    from tackroom.core import cancel
+
+    cancel._requested = None

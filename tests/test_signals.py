@@ -74,24 +74,3 @@ def test_a_background_run_with_sigint_ignored_stops_on_sigterm_and_sighup(tmp_pa
         assert run["status"] == "interrupted"
         recorded = len(store.episodes(run_id=run["run_id"]))
     assert 0 < recorded < 18 * 2 * 200
-
-
-def test_a_signal_between_runs_does_not_cancel_the_next_run_in_the_same_process(tmp_path):
-    """A notebook (or a test worker) that got Ctrl-C while no run was going: the signal is
-    delivered as ``Cancelled`` then and there, and the next run is not stopped by it."""
-    import tackroom
-    from tackroom.core import cancel
-
-    saved = {sig: signal.getsignal(sig) for sig in cancel.SIGNALS}
-    try:
-        cancel.install()
-        with pytest.raises(cancel.Cancelled):
-            os.kill(os.getpid(), signal.SIGTERM)
-        assert cancel.requested() is None
-        run = tackroom.evaluate(suite="toy", tasks=["click-button"], harnesses=["som-tools"],
-                                policies=["expert"], seeds=range(2),
-                                store=str(tmp_path / "r.duckdb"))
-        assert run.status == "finished" and len(run.episodes()) == 2
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)

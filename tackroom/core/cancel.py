@@ -81,27 +81,13 @@ def registered(task: asyncio.Task[object]) -> Iterator[None]:
     try:
         yield
     finally:
-        _forget(task)
-
-
-def _forget(task: asyncio.Task[object]) -> None:
-    global _requested
-    with _lock:
-        _running.pop(id(task), None)
-        if not _running:
-            # The stop has been delivered (the run ended, as Cancelled if it was stopped):
-            # a later run in this process — a notebook's, a test's — starts afresh.
-            _requested = None
+        with _lock:
+            _running.pop(id(task), None)
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    global _requested
     first = _requested is None
-    if not request(signum):
-        with _lock:  # nothing to cancel: the exception delivers the stop, so it is not kept
-            _requested = None
-        raise Cancelled(signum)
-    if not first:
+    if not request(signum) or not first:
         raise Cancelled(signum)
 
 
