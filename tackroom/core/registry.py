@@ -66,6 +66,7 @@ KINDS: dict[str, str] = {
     "sandbox": "a sandbox provider (bubblewrap, docker)",
     "tracker": "an experiment tracker for training metrics",
     "agent_expert": "a scripted expert that answers an agent CLI in its own tool format",
+    "dialect": "a vendor API dialect (chat completions, responses, messages, gemini) on the wire",
 }
 
 
