@@ -69,7 +69,12 @@ class ProcessSandbox:
         stdout = out.decode(errors="replace")
         stderr = err.decode(errors="replace")
         self._started(code, stdout, stderr)
-        killed = "timeout" if timed_out else self._which_limit(code, stderr)
+        killed = self._which_limit(code, stderr)
+        if timed_out and killed != "processes":
+            # A fork bomb stopped by the process limit may still run out of time: bash
+            # retries a refused fork with growing back-offs (``fork: retry``). The limit it
+            # hit is the process limit, whatever the machine's load made the clock say.
+            killed = "timeout"
         return CommandResult(code if not timed_out else -signal.SIGKILL, stdout, stderr,
                              timed_out, duration, killed)
 
