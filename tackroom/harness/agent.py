@@ -25,7 +25,9 @@ hash, so a changed config is a different harness.
 
 Placeholders in ``command``, ``env`` and ``files``: ``{instruction}`` (the
 task), ``{model}`` (the model name the CLI is given), ``{base_url}`` (the
-gateway as the CLI sees it), ``{api_key}`` (the episode's token), ``{tool}``
+gateway as the CLI sees it, ending in ``/v1``), ``{origin}`` (the same without
+the path, for SDKs that add their API's version path themselves: Anthropic's,
+Google's), ``{api_key}`` (the episode's token), ``{tool}``
 (where the installed program is mounted), ``{workdir}`` (the task directory)
 ``{home}`` (the CLI's own writable home), ``{turns}`` (the harness's turn budget,
 for a CLI's own step limit; the gateway enforces it in any case, refusing the
@@ -65,8 +67,8 @@ CAPABILITIES = frozenset({"shell", "submit", "edit", "write_file", "edit_lines",
 #: robot suite's command API): never by default, a harness names it in ``can``.
 OPT_IN = frozenset({"robot"})
 #: Placeholders the command line, the environment and config files may use.
-PLACEHOLDERS = ("instruction", "model", "base_url", "api_key", "tool", "workdir", "home",
-                "turns", "files")
+PLACEHOLDERS = ("instruction", "model", "base_url", "origin", "api_key", "tool", "workdir",
+                "home", "turns", "files")
 #: ``{files}``, alone in a command-line element, becomes one element per file of the task
 #: (what a CLI like Aider is told to work on); elsewhere it is not allowed.
 FILES = "{files}"

@@ -110,7 +110,8 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
         base_url = f"http://127.0.0.1:{SANDBOX_PORT}/v1" if sandboxed else gateway.base_url
         workdir = str((obs.extra or {}).get("workdir") or "/task")
         values = {"instruction": obs.instruction, "model": agent["model"],
-                  "base_url": base_url, "api_key": route.token, "tool": str(tool),
+                  "base_url": base_url, "origin": base_url.removesuffix("/v1"),
+                  "api_key": route.token, "tool": str(tool),
                   "workdir": workdir, "home": HOME,
                   "turns": str(turns)}
         argv = fill_command(agent["command"], values, _task_files(obs))
