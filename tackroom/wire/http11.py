@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -52,7 +52,12 @@ _HEAD_END = re.compile(rb"\r?\n\r?\n")
 
 @dataclass
 class Reply:
-    """One response: ``stream`` sends it without ``Content-Length`` (chunked)."""
+    """One response: ``stream`` sends it without ``Content-Length`` (chunked).
+
+    ``pieces``, when given, is more body sent after ``body`` as it is produced (a
+    reply too large to hold, or one written slowly), with ``length`` as its
+    ``Content-Length`` (the whole body's; ``None``: chunked).
+    """
 
     status: int
     body: bytes
@@ -60,6 +65,8 @@ class Reply:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     stream: bool = False
     close: bool = False
+    pieces: AsyncIterator[bytes] | None = None
+    length: int | None = None
 
 
 @dataclass
@@ -362,8 +369,9 @@ class HttpConnection:
         headers = [(b"Content-Type", reply.content_type), *reply.headers]
         if reply.stream:
             headers += [(b"Cache-Control", b"no-cache")]
-        else:
-            headers.append((b"Content-Length", str(len(reply.body)).encode()))
+        elif reply.pieces is None or reply.length is not None:
+            size = len(reply.body) if reply.pieces is None else reply.length
+            headers.append((b"Content-Length", str(size).encode()))
         if reply.close:
             headers.append((b"Connection", b"close"))
         try:
@@ -374,6 +382,11 @@ class HttpConnection:
                                           reason=phrase))
         if reply.body and not head:
             out += self.conn.send(h11.Data(data=reply.body))
+        if reply.pieces is not None and not head:
+            await self._write(out)
+            out = b""
+            async for piece in reply.pieces:  # each written out before the next is made
+                await self._write(self.conn.send(h11.Data(data=piece)))
         out += self.conn.send(h11.EndOfMessage())
         await self._write(out)
 
