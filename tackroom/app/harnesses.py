@@ -68,7 +68,7 @@ def describe_harness(name: str | HarnessSpec) -> HarnessView:
     h = name if isinstance(name, HarnessSpec) else load_harness(name)
     if isinstance(h, AgentHarness):
         return HarnessView(h, None)
-    return HarnessView(h, str(HarnessSession(h, "").messages()[0]["content"]))
+    return HarnessView(h, HarnessSession.open(h, "").preamble)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,9 @@ class OutputParser:
     """Base class; subclasses implement the four methods."""
 
     name: str = ""
+    #: A :class:`~tackroom.harness.session.HarnessSession` subclass, for a format that
+    #: brings its own conversation (terminus-2's); ``None``: the standard one.
+    conversation: type | None = None
 
     def describe(self, interface: ActionInterface) -> str:
         """Instructions for the system prompt: how to write actions."""

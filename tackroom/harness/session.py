@@ -66,7 +66,20 @@ class HarnessSession:
         # their targets up in it, ``ActionInterface.resolve``).
         self._shown: Observation | None = None
 
+    @classmethod
+    def open(cls, spec: HarnessSpec, instruction: str) -> HarnessSession:
+        """The session for ``spec``: its parser's own conversation when the format brings
+        one (:attr:`OutputParser.conversation`, e.g. terminus-2's), else this one."""
+        conversation = getattr(spec.parser, "conversation", None) or cls
+        session: HarnessSession = conversation(spec, instruction)
+        return session
+
     # -- prompt --------------------------------------------------------------------------
+    @property
+    def preamble(self) -> str:
+        """What the model reads before the first observation: the system prompt."""
+        return self._system
+
     def _system_prompt(self) -> str:
         parts = [self.spec.prompt["system"].strip(), self.parser.describe(self.interface)]
         if self.per_turn > 1:

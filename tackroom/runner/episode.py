@@ -123,7 +123,7 @@ async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert
     obs = await call_env(env, env.reset, spec.seed)
     ep.t_env = time.perf_counter() - t0
     ep.instruction = obs.instruction
-    session = HarnessSession(h, obs.instruction)
+    session = HarnessSession.open(h, obs.instruction)
     budget = h.budget
     state: dict = {}
     feedback: str | None = None
