@@ -15,6 +15,8 @@ Formats (the harness's ``[agent] expert``; each registered as kind ``agent_exper
   reply runs the harness's ``expert_submit`` command with it (the CLI's own
   way of saying it is done), or, without one, answers in plain text, which
   ends a CLI's turn.
+* ``exec-command`` (Codex): the same, through its ``exec_command`` tool, whose
+  command line is a ``cmd`` string.
 * ``bash-block`` (text-based CLIs): the same script in a fenced block whose
   info string is the harness's ``expert_fence`` (``bash`` by default).
 * ``search-replace`` (Aider's ``diff`` edit format): each edit as a
@@ -139,6 +141,23 @@ class ShellToolExpert(AgentExpert):
         return PolicyResponse(text=None, tool_calls=[call], model="expert")
 
 
+@register("agent_expert", "exec-command")
+class ExecCommandExpert(AgentExpert):
+    """Calls Codex's ``exec_command`` tool (the tool whose parameters hold a ``cmd`` string)
+    with the script, waiting up to the 30 s it allows for the script's output."""
+
+    def reply(self, request: PolicyRequest, command: str) -> PolicyResponse:
+        tool = shell_tool(request.tools or [], param="cmd")
+        if tool is None:
+            raise ConfigError("the CLI offered no exec tool (one with a 'cmd' parameter)",
+                              "agent expert", "use expert = \"shell-tool\"")
+        if not command:
+            return PolicyResponse(text="The task is done.", model="expert")
+        call = ToolCall(id=f"call_expert_{self.calls}", name=tool[0], arguments=json.dumps(
+            {"cmd": command, **tool[1], "yield_time_ms": 30000}))
+        return PolicyResponse(text=None, tool_calls=[call], model="expert")
+
+
 @register("agent_expert", "bash-block")
 class BashBlockExpert(AgentExpert):
     """Writes the script in a fenced block (text-based CLIs)."""
@@ -171,9 +190,11 @@ def make_agent_expert(actions: Sequence[Action], fmt: str, submit: str = "",
     return expert
 
 
-def shell_tool(tools: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
-    """The tool that runs a shell command (a ``command`` string parameter), and values for its
-    other required parameters (OpenHands' ``security_risk``: the lowest it offers)."""
+def shell_tool(tools: Sequence[dict[str, Any]],
+               param: str = "command") -> tuple[str, dict[str, Any]] | None:
+    """The tool that runs a shell command (a ``param`` string parameter: ``command``, Codex's
+    ``cmd``), and values for its other required parameters (OpenHands' ``security_risk``: the
+    lowest it offers)."""
     found: list[tuple[str, dict[str, Any]]] = []
     for t in tools:
         fn = t.get("function") if isinstance(t, dict) else None
@@ -181,13 +202,13 @@ def shell_tool(tools: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]] | 
             continue
         params = fn.get("parameters") or {}
         props = params.get("properties") if isinstance(params, dict) else None
-        if not (isinstance(props, dict) and isinstance(props.get("command"), dict)):
+        if not (isinstance(props, dict) and isinstance(props.get(param), dict)):
             continue
-        if props["command"].get("enum"):  # a sub-command (file_editor's "create"), not a shell
+        if props[param].get("enum"):  # a sub-command (file_editor's "create"), not a shell
             continue
         extra = {}
         for key in params.get("required") or []:
-            if key == "command" or not isinstance(props.get(key), dict):
+            if key == param or not isinstance(props.get(key), dict):
                 continue
             extra[key] = _placeholder(props[key])
         found.append((str(fn.get("name", "")), extra))
