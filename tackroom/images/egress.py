@@ -171,9 +171,11 @@ def enter(ns_fd: int) -> None:
         raise OSError(err, f"setns into a network namespace: {os.strerror(err)}")
 
 
-def _make_namespace(port: int | None) -> tuple[int, socket.socket | None]:
+def _make_namespace(port: int | None, join: int | None = None) -> tuple[int, socket.socket | None]:
     """A new network namespace with ``lo`` up: its descriptor and a socket listening in it
-    on ``port`` (none when ``port`` is ``None``).
+    on ``port`` (none when ``port`` is ``None``). With ``join`` (a namespace's descriptor:
+    a Docker container's, whose only interface is its loopback), that namespace instead of
+    a new one; its descriptor is then a duplicate of ``join``.
 
     The work happens in a thread of its own, which goes back to its original namespace when
     done (and ends): the rest of the process never leaves the host's network.
@@ -189,7 +191,12 @@ def _make_namespace(port: int | None) -> tuple[int, socket.socket | None]:
             result["error"] = exc
             return
         try:
-            if _unshare(_CLONE_NEWNET) != 0:
+            if join is not None and _setns(join, _CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                result["error"] = _needs_root(
+                    f"cannot enter the container's network namespace: {os.strerror(err)}")
+                return
+            if join is None and _unshare(_CLONE_NEWNET) != 0:
                 err = ctypes.get_errno()
                 result["error"] = _needs_root(
                     f"cannot create the build's network namespace: {os.strerror(err)}")
@@ -249,12 +256,17 @@ class BuildNetwork:
     ``allow`` adds host patterns (see :func:`parse_allow`) to ``registries`` (by default
     :data:`DEFAULT_REGISTRIES`) and to those in ``$TACKROOM_BUILD_ALLOW`` (read from
     ``environ``, by default ``os.environ``, when constructed).
+
+    ``netns`` (a descriptor) puts the proxy into an existing namespace instead of a new one:
+    a Docker container started with ``--network none`` (its ``docker build`` steps join it
+    with ``--network container:NAME``), which then reaches the registries and nothing else.
     """
 
     def __init__(self, allow: Iterable[str] = (), *, port: int = DEFAULT_PORT,
                  registries: Iterable[str] = DEFAULT_REGISTRIES,
                  environ: Mapping[str, str] | None = None,
-                 connect_timeout: float = 20.0) -> None:
+                 connect_timeout: float = 20.0, netns: int | None = None) -> None:
+        self._join = netns
         environ = os.environ if environ is None else environ
         patterns = (*parse_allow(",".join(registries), where="registries"),
                     *parse_allow(environ.get(ALLOW_ENV, ""), where=ALLOW_ENV),
@@ -279,7 +291,7 @@ class BuildNetwork:
         if os.geteuid() != 0:
             raise _needs_root("building task environments needs root "
                               "(the build gets a network namespace of its own)")
-        ns_fd, listener = _make_namespace(self.port)
+        ns_fd, listener = _make_namespace(self.port, self._join)
         assert listener is not None
         self.port = listener.getsockname()[1]
         self._proxy = _Proxy(self._allow, connect_timeout=self._connect_timeout)
