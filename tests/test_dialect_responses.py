@@ -359,6 +359,36 @@ def test_round_trip_request_chat_reply_and_the_next_request(case):
     assert [m["role"] for m in after[n + 1:]] == ["tool"] * len(c.tool_calls)
 
 
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+    | st.sampled_from(["message", "function_call", "function_call_output", "reasoning",
+                       "custom_tool_call", "namespace", "function", "custom", "user",
+                       "assistant", "input_text", "input_image"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["type", "role", "content", "text", "name", "call_id", "arguments",
+                         "output", "input", "tools", "parameters", "format", "namespace"]),
+        inner, max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.fixed_dictionaries({}, optional={"input": JSON, "tools": JSON, "instructions": JSON,
+                                           "tool_choice": JSON, "text": JSON, "include": JSON}))
+def test_any_request_is_translated_or_refused_with_a_400(body):
+    try:
+        chat = to_chat(body)
+    except ApiError as e:  # a client's mistake: one line naming it, never another exception
+        assert e.status == 400 and "\n" not in e.message
+        return
+    try:
+        parse_chat(chat)
+    except ApiError as e:  # what the dialect passes on, the chat reading may still refuse
+        assert e.status == 400
+        return
+    reply = RESPONSES.reply(completion("ok"), Shape("m"), body)
+    assert reply["output"][0]["content"][0]["text"] == "ok"
+
+
 # ------------------------------------------------- the SDK, against the gateway
 @asynccontextmanager
 async def scripted_gateway(script):

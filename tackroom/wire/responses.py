@@ -177,17 +177,20 @@ def read_tools(tools: Any) -> ToolSet:
                 flat.append((f"{where}.tools[{k}]", sub, ns))
         else:
             flat.append((where, t, None))
-    taken = {t.get("name") for _w, t, ns in flat if ns is None and isinstance(t, dict)}
-    for where, t, ns in flat:
+    taken = {t["name"] for _w, t, ns in flat
+             if ns is None and isinstance(t, dict) and isinstance(t.get("name"), str)}
+    for where, t, space in flat:
         kind = t.get("type") if isinstance(t, dict) else None
+        if not isinstance(kind, str):
+            raise ApiError(400, f"{where} must be an object with a string 'type'", param=where)
         if kind not in ("function", "custom"):
-            what = kind if isinstance(kind, str) else "a tool without a string 'type'"
-            out.dropped.append({"tool": where, "type": str(what)[:60],
-                                "why": "a hosted tool, run by OpenAI's servers only: "
-                                       "not offered to the model"})
+            why = "a namespace within a namespace" if kind == "namespace" else \
+                "a hosted tool, run by OpenAI's servers only"
+            out.dropped.append({"tool": where, "type": kind[:60],
+                                "why": f"{why}: not offered to the model"})
             continue
         name = _string(t, "name", where)
-        key = name if ns is None or name not in taken else f"{ns}__{name}"
+        key = name if space is None or name not in taken else f"{space}__{name}"
         taken.add(key)
         fn: dict[str, Any] = {"name": key}
         if isinstance(t.get("description"), str):
@@ -201,7 +204,7 @@ def read_tools(tools: Any) -> ToolSet:
             if isinstance(t.get("strict"), bool):
                 fn["strict"] = t["strict"]
         out.chat.append({"type": "function", "function": fn})
-        out.kinds[key] = (kind, name, ns)
+        out.kinds[key] = (kind, name, space)
     return out
 
 
@@ -267,7 +270,8 @@ class _Messages:
                 args = json.dumps({"input": _string(item, "input", where)}, ensure_ascii=False)
             else:
                 raw = item.get("arguments")
-                args = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
+                args = raw if isinstance(raw, str) else \
+                    "" if raw is None else json.dumps(raw, ensure_ascii=False)
             ns = item.get("namespace") if isinstance(item.get("namespace"), str) else None
             msg = self.assistant(fresh=False)
             msg.setdefault("tool_calls", []).append(
@@ -373,7 +377,8 @@ def _calls(c: Completion) -> list[tuple[str, str, str]]:
     out = []
     for tc in c.tool_calls:
         d = tc if isinstance(tc, dict) else tc.to_dict()
-        fn = d.get("function") if isinstance(d.get("function"), dict) else {}
+        fn = d.get("function")
+        fn = fn if isinstance(fn, dict) else {}
         out.append((str(d.get("id") or f"call_{uuid.uuid4().hex[:24]}"),
                     str(fn.get("name") or ""), str(fn.get("arguments") or "")))
     return out
