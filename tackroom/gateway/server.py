@@ -1,8 +1,9 @@
-"""The recording model gateway: an OpenAI-compatible endpoint in front of any tackroom Policy.
+"""The recording model gateway: every API dialect's endpoint in front of any tackroom Policy.
 
 An agent CLI that tackroom does not control (mini-swe-agent, Aider, Qwen Code,
-OpenHands, ...) is pointed at the gateway with ``OPENAI_BASE_URL`` /
-``OPENAI_API_KEY`` set to its episode's route; every model call it makes
+OpenHands, Claude Code, ...) is pointed at the gateway with ``OPENAI_BASE_URL`` /
+``OPENAI_API_KEY`` (or ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY``, ...: see
+:meth:`Route.env`) set to its episode's route; every model call it makes
 becomes a :class:`~tackroom.core.episode.Turn` of that episode::
 
     async with ModelGateway(policy) as gw:
@@ -11,12 +12,22 @@ becomes a :class:`~tackroom.core.episode.Turn` of that episode::
         gw.close_episode(route.token)
         route.turns  # what the CLI asked and what the model answered
 
-Endpoints::
+Endpoints: every route of every registered API dialect
+(:mod:`tackroom.wire.dialect`: chat completions, Anthropic Messages, ... — each
+translated to a chat-completions call, answered, and shaped back in its own
+API, streamed or not), and::
 
-    POST /v1/chat/completions   messages, tools, stream (SSE), logprobs
     GET  /v1/models             one model (``model_name``, default "tackroom")
     GET  /v1/models/{name}
     GET  /health                200 when up (no token needed)
+
+A route's kind says what happens: ``turn`` is a model call (recorded,
+budgeted); ``count_tokens`` a side call answered without the model (the
+policy's exact count when it has ``prompt_ids``, else an estimate: see
+:meth:`ModelGateway._count_tokens`), kept in ``route.side_calls``; ``models``
+the model list. A request on an episode's token for a path no dialect has is
+answered 404 and kept in ``route.unanswered`` (method, path, User-Agent), so
+the episode can say which API its CLI needed.
 
 Choices, and why:
 
@@ -32,7 +43,8 @@ Choices, and why:
   refused.
 * **A route per episode.** ``open_episode`` makes a random bearer token
   (``secrets.token_urlsafe``); a request is attributed by ``Authorization:
-  Bearer TOKEN`` (or ``x-api-key`` / ``api-key: TOKEN``). Tokens are looked up by
+  Bearer TOKEN`` (or ``x-api-key`` / ``api-key`` / ``x-goog-api-key: TOKEN``, or
+  ``?key=TOKEN``: :func:`~tackroom.wire.dialect.credential`). Tokens are looked up by
   their SHA-256, so lookup time says nothing about a token. Unknown, missing and
   closed tokens get 401. The CLI never sees the user's real key: the backend's
   key stays inside the policy.
@@ -62,7 +74,8 @@ Choices, and why:
   over ``max_body`` get 413 before they are read, heads over 16 KiB 431, a
   request that does not arrive within ``read_timeout`` 408, a client that does
   not read its reply is cut off; every answer on every path and method is
-  OpenAI's JSON error shape (400/401/404/405).
+  a JSON error (400/401/404/405) in the shape of the dialect whose path it
+  was (OpenAI's for a path no dialect has).
 * **One client cannot starve the routes.** A connection counts as its route's
   once a request on it carries the route's token; until then it is
   unauthenticated: limited per peer and in all, and closed after 5 s idle (or
@@ -80,14 +93,12 @@ Choices, and why:
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import json
 import logging
+import re
 import secrets
 import time
-import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tackroom.core.episode import Turn
 from tackroom.core.errors import (
@@ -96,98 +107,51 @@ from tackroom.core.errors import (
     InfraError,
     TackroomError,
 )
-from tackroom.core.policy import Policy, PolicyRequest, Sampling
+from tackroom.core.policy import Policy, PolicyRequest, PolicyResponse, Sampling
+from tackroom.gateway.routes import (
+    BUDGET_STATUS,
+    DEFAULT_MODEL_NAME,
+    BudgetExhausted,
+    Route,
+    digest,
+)
 from tackroom.wire import (
     MAX_BODY,
     READ_TIMEOUT,
     ApiError,
     ChatCall,
+    Completion,
     HttpServer,
     Limits,
     Reply,
     Request,
     Shape,
-    completion_body,
     dumps,
-    error_reply,
     from_response,
     loads,
     parse_chat,
-    sse_events,
-    stream_chunks,
+)
+from tackroom.wire.dialect import (
+    Dialect,
+    allowed_methods,
+    credential,
+    dialect_error_reply,
+    find,
+    served_apis,
+    sse,
 )
 
 __all__ = ["BUDGET_STATUS", "DEFAULT_MODEL_NAME", "BudgetExhausted", "ModelGateway", "Route"]
 
 log = logging.getLogger("tackroom.gateway")
 
-#: The model name ``/v1/models`` lists unless the gateway is given another.
-DEFAULT_MODEL_NAME = "tackroom"
 #: Connections per open route in the default ceiling (see :attr:`ModelGateway.capacity`).
 CONNECTIONS_PER_ROUTE = 4
 #: Connections the ceiling allows with no route open (health checks, start-up).
 BASE_CONNECTIONS = 256
 #: Request-body bytes held by all connections at once, by default (see ``BodyBudget``).
 MAX_BUFFERED = 256 * 2**20
-_CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
-_MODELS_PATHS = ("/v1/models", "/models")
 _HEALTH_PATHS = ("/health", "/v1/health")
-#: The status of a call refused because its route's turn budget is used up.
-BUDGET_STATUS = 400
-
-
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
-
-
-@dataclass
-class Route:
-    """One episode's way in: its token, base URL, enforced sampling and what it recorded.
-
-    ``turns[i]`` is the i-th answered call (in the order the answers came);
-    ``requested[i]`` is everything else that call's body held (the client's own
-    ``temperature``, ``max_tokens``, ``stream``, ``model``, ...); ``errors`` the
-    calls the backend failed (status sent, error kind, the full error line).
-    """
-
-    token: str
-    base_url: str
-    sampling: Sampling
-    label: str = ""
-    model: str = DEFAULT_MODEL_NAME
-    turns: list[Turn] = field(default_factory=list)
-    requested: list[dict[str, Any]] = field(default_factory=list)
-    #: ``tools[i]``: the tool schemas call ``i`` offered (a CLI's own; ``None``: none).
-    tools: list[list[dict[str, Any]] | None] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(default_factory=list)
-    closed: bool = False
-    opened_at: float = field(default_factory=time.time)
-    #: When the first call arrived (``time.time()``; ``None`` before): a CLI's start-up.
-    first_call_at: float | None = None
-    #: Answers this route's calls instead of the gateway's policy (an agent harness's
-    #: scripted expert, which knows its episode's task), when set.
-    policy: Any = field(default=None, repr=False)
-    #: Model calls this route answers at most (the harness's ``[budget] turns``); a call
-    #: past it is refused (see :data:`BUDGET_STATUS`) and counted in ``refused``.
-    max_turns: int | None = None
-    #: Calls refused because ``max_turns`` were used (the CLI asked for more).
-    refused: int = 0
-    #: Calls being answered now (they count against ``max_turns`` while in flight).
-    pending: int = field(default=0, repr=False)
-
-    @property
-    def exhausted(self) -> bool:
-        """Whether the turn budget is used up: ``max_turns`` calls answered or in flight."""
-        return self.max_turns is not None and len(self.turns) + self.pending >= self.max_turns
-
-    def env(self) -> dict[str, str]:
-        """Environment variables that point an OpenAI-SDK-based CLI at this route."""
-        return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_BASE": self.base_url,
-                "OPENAI_API_KEY": self.token, "OPENAI_MODEL": self.model}
-
-    def __repr__(self) -> str:  # never the token
-        return (f"Route(label={self.label!r}, base_url={self.base_url!r}, "
-                f"turns={len(self.turns)}, errors={len(self.errors)}, closed={self.closed})")
 
 
 class ModelGateway:
@@ -315,7 +279,7 @@ class ModelGateway:
         route = Route(token=token, base_url=self.base_url, sampling=sampling, label=label,
                       model=self.model_name, policy=policy,
                       max_turns=None if max_turns is None else int(max_turns))
-        self._routes[_digest(token)] = route
+        self._routes[digest(token)] = route
         return route
 
     def close_episode(self, token: str) -> Route | None:
@@ -326,17 +290,17 @@ class ModelGateway:
         only its token's digest. Returns the route; ``None`` if it was closed
         already. Raises ``KeyError`` for a token this gateway never gave out.
         """
-        digest = _digest(token)
-        if digest in self._closed_routes:
+        key = digest(token)
+        if key in self._closed_routes:
             return None
-        route = self._routes.pop(digest)
+        route = self._routes.pop(key)
         route.closed = True
-        self._closed_routes.add(digest)
+        self._closed_routes.add(key)
         return route
 
     def route(self, token: str) -> Route | None:
         """The open route of ``token``, or ``None``."""
-        return self._routes.get(_digest(token))
+        return self._routes.get(digest(token))
 
     @property
     def routes(self) -> list[Route]:
@@ -355,64 +319,102 @@ class ModelGateway:
 
     # --------------------------------------------------------------- routing
     async def _dispatch(self, request: Request) -> Reply:
+        """Answer one request: health, or a dialect's route (errors in that dialect's shape)."""
         path, method = request.path, request.method
+        dialect: Dialect | None = None
         try:
-            allowed = _allowed(path)
-            if allowed is None:
-                raise ApiError(404, f"no route {method} {path[:200]}; this gateway serves "
-                                    "POST /v1/chat/completions and GET /v1/models")
-            if method not in allowed:
+            if path in _HEALTH_PATHS:
+                if method not in ("GET", "HEAD"):
+                    raise ApiError(405, f"use GET or HEAD for {path}, not {method}",
+                                   headers={"Allow": "GET, HEAD"})
+                return Reply(200, b'{"status":"ok"}')
+            found = find(method, path)
+            if found is None:
+                self._note_unanswered(request)
+                raise ApiError(404, f"no route {method} {path[:200]}; this gateway answers "
+                                    f"{served_apis()}")
+            dialect, api, match = found
+            if not api.allows(method):
+                allowed = allowed_methods(path)
                 raise ApiError(405, f"use {' or '.join(allowed)} for {path}, not {method}",
                                headers={"Allow": ", ".join(allowed)})
-            if path in _HEALTH_PATHS:
-                return Reply(200, b'{"status":"ok"}')
-            digest, route = self._authorize(request.headers)
+            digest, route = self._authorize(request)
             request.connection.identify(digest.hex())
-            if path in _CHAT_PATHS:
-                return await self._chat(route, request.body)
-            return self._models(path)
+            if api.kind == "models":
+                return self._models(dialect, match)
+            if route.first_call_at is None:
+                route.first_call_at = time.time()
+            if api.kind == "count_tokens":
+                return self._count_tokens(route, dialect, match, request.body)
+            return await self._turn(route, dialect, match, request.body)
         except ApiError as e:
-            return error_reply(e)
+            return dialect_error_reply(dialect, e)
         except Exception as e:  # noqa: BLE001 - never a traceback to the client
             log.exception("gateway request failed")
-            return error_reply(ApiError(500, f"internal gateway error ({type(e).__name__})"))
+            return dialect_error_reply(dialect, ApiError(
+                500, f"internal gateway error ({type(e).__name__})"))
 
-    def _authorize(self, headers: Any) -> tuple[bytes, Route]:
-        token = None
-        for name, value in headers:
-            if name == b"authorization":
-                scheme, _, rest = value.decode("latin-1").strip().partition(" ")
-                if scheme.lower() == "bearer":
-                    token = rest.strip()
-                    break
-            elif name in (b"x-api-key", b"api-key"):
-                token = value.decode("latin-1").strip()
-                break
-        digest = _digest(token) if token else b""
-        route = self._routes.get(digest)
+    def _authorize(self, request: Request) -> tuple[bytes, Route]:
+        token = credential(request.headers, request.target)
+        key = digest(token) if token else b""
+        route = self._routes.get(key)
         if route is not None:
-            return digest, route
-        if digest in self._closed_routes:
+            return key, route
+        if key in self._closed_routes:
             raise ApiError(401, "this episode's route is closed; its token no longer works",
                            code="invalid_api_key")
         raise ApiError(401, "missing or unknown token: send 'Authorization: Bearer <token>' "
-                            "with the key this episode was given", code="invalid_api_key")
+                            "(or x-api-key / x-goog-api-key) with the key this episode was "
+                            "given", code="invalid_api_key")
 
-    def _models(self, path: str) -> Reply:
+    def _note_unanswered(self, request: Request) -> None:
+        """A request no dialect answers, on an episode's token: recorded on its route."""
+        token = credential(request.headers, request.target)
+        route = self._routes.get(digest(token)) if token else None
+        if route is not None:
+            route.note_unanswered(request.method, request.path, request.header(b"user-agent"))
+
+    def _models(self, dialect: Dialect, match: re.Match[str]) -> Reply:
         entry = {"id": self.model_name, "object": "model", "created": self.created,
                  "owned_by": "tackroom"}
-        if path in _MODELS_PATHS:
-            return Reply(200, dumps({"object": "list", "data": [entry]}))
-        name = path.split("/models/", 1)[1]
-        if name != self.model_name:
-            raise ApiError(404, f"The model `{name[:200]}` does not exist. Served: "
-                                f"{self.model_name}", code="model_not_found")
-        return Reply(200, dumps(entry))
+        if dialect.models is None:
+            raise ApiError(404, f"the {dialect.name} dialect lists no models")
+        return Reply(200, dumps(dialect.models([entry], match)))
 
-    async def _chat(self, route: Route, body: bytes) -> Reply:
-        if route.first_call_at is None:
-            route.first_call_at = time.time()
-        call = parse_chat(loads(body))
+    def _count_tokens(self, route: Route, dialect: Dialect, match: re.Match[str],
+                      raw: bytes) -> Reply:
+        """A token count (a side call: no turn, no budget): the policy's, or an estimate.
+
+        A policy with ``prompt_ids`` (``hf``) counts the rendered prompt exactly;
+        any other is estimated as a quarter of the characters of the messages
+        and tools as JSON (about a token per four characters of English and
+        code), which is what a CLI needs it for: deciding when to compact.
+        """
+        if dialect.count is None:
+            raise ApiError(404, f"the {dialect.name} dialect has no token counting")
+        call = parse_chat(dialect.to_chat(loads(raw), match))
+        policy = route.policy or self.policy
+        exact, n = False, 0
+        prompt_ids = getattr(policy, "prompt_ids", None)
+        if callable(prompt_ids):
+            try:
+                n, exact = len(prompt_ids(call.messages, call.tools)), True
+            except Exception:  # noqa: BLE001 - a template that cannot render: estimate
+                log.debug("prompt_ids failed; estimating the token count", exc_info=True)
+        if not exact:
+            chars = len(json.dumps([call.messages, call.tools], ensure_ascii=False))
+            n = max(1, (chars + 3) // 4)
+        route.side_calls.append({"kind": "count_tokens", "dialect": dialect.name,
+                                 "tokens": n, "estimated": not exact})
+        return Reply(200, dumps(dialect.count(n)))
+
+    async def _turn(self, route: Route, dialect: Dialect, match: re.Match[str],
+                    raw: bytes) -> Reply:
+        """One model call: the dialect's body as chat, the policy's answer, recorded, replied."""
+        body = loads(raw)
+        call = parse_chat(dialect.to_chat(body, match))
+        if dialect.name != "chat":
+            call.requested["dialect"] = dialect.name
         if route.exhausted:
             route.refused += 1
             raise BudgetExhausted(route.max_turns or 0)
@@ -433,6 +435,18 @@ class ModelGateway:
             raise ApiError(401, "this episode's route was closed while the model answered",
                            code="invalid_api_key")
         reply = from_response(response, logprobs=call.logprobs)
+        self._record_turn(route, call, response, reply, t_policy)
+        shape = Shape(self.model_name, include_usage=call.include_usage,
+                      token_ids=call.logprobs or call.token_ids)
+        if call.stream:
+            return Reply(200, sse(dialect.events(reply, shape, body),
+                                  done_marker=dialect.done_marker),
+                         content_type=b"text/event-stream", stream=True)
+        return Reply(200, dumps(dialect.reply(reply, shape, body)))
+
+    def _record_turn(self, route: Route, call: ChatCall, response: PolicyResponse,
+                     reply: Completion, t_policy: float) -> None:
+        """Record one answered model call on its route: the turn, what was asked, the tools."""
         route.turns.append(Turn(
             index=len(route.turns), messages=call.sent, raw_text=response.text,
             tool_calls=[tc.to_dict() for tc in reply.tool_calls],
@@ -442,13 +456,6 @@ class ModelGateway:
             adapter=response.adapter, t_policy=t_policy))
         route.requested.append(call.requested)
         route.tools.append(call.tools)
-        shape = Shape(self.model_name, include_usage=call.include_usage,
-                      token_ids=call.logprobs or call.token_ids)
-        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        if call.stream:
-            return Reply(200, sse_events(stream_chunks(reply, shape, rid=rid, created=created)),
-                         content_type=b"text/event-stream", stream=True)
-        return Reply(200, dumps(completion_body(reply, shape, rid=rid, created=created)))
 
     def _failed(self, route: Route, call: ChatCall, e: Exception,
                 t_policy: float) -> ApiError:
@@ -471,30 +478,3 @@ class ModelGateway:
                              "message": line[:2000], "t_policy": t_policy,
                              "after_turn": len(route.turns), "requested": call.requested})
         return err
-
-
-class BudgetExhausted(ApiError):
-    """The refusal of a call past its route's ``max_turns``: final, not to be retried.
-
-    A 400 (``invalid_request_error``, code ``budget_exhausted``): what every
-    client library treats as final. OpenAI's SDKs retry 408/409/429/5xx, and
-    litellm (under mini-swe-agent, Aider and OpenHands) maps the other statuses
-    it has no class for — 403 and 402 among them — to a generic ``APIError``
-    that Aider retries for a minute; a 400 is a ``BadRequestError``, which none
-    of the shipped CLIs retries more than once. The message names no context
-    length (a CLI would compact its history and call again).
-    """
-
-    def __init__(self, max_turns: int) -> None:
-        super().__init__(BUDGET_STATUS, f"this episode's turn budget of {max_turns} model "
-                                        "call(s) is used up; stop here",
-                         code="budget_exhausted")
-
-
-def _allowed(path: str) -> tuple[str, ...] | None:
-    if path in _CHAT_PATHS:
-        return ("POST",)
-    if path in _HEALTH_PATHS or path in _MODELS_PATHS or any(
-            path.startswith(p + "/") for p in _MODELS_PATHS):
-        return ("GET", "HEAD")
-    return None

@@ -1,4 +1,4 @@
-"""``tackroom serve MODEL_DIR``: an OpenAI-compatible HTTP server over the ``hf`` backend.
+"""``tackroom serve MODEL_DIR``: an OpenAI-compatible (and Anthropic-, ...) HTTP server over ``hf``.
 
 A local model is then evaluated through exactly the same ``openai`` policy as
 a vLLM or SGLang server (``--policy openai:NAME --base-url http://127.0.0.1:8000/v1``),
@@ -14,6 +14,14 @@ Endpoints::
     POST /v1/load_lora_adapter   {"lora_name", "lora_path"}: serve a peft adapter under a name
     POST /v1/unload_lora_adapter {"lora_name"}: stop serving it
     GET  /health                 200 when up (no key needed)
+
+and every route of every registered API dialect (:mod:`tackroom.wire.dialect`):
+Anthropic's ``POST /v1/messages`` (and ``/v1/messages/count_tokens``: the
+prompt's length under the chat template), ... Each is translated to a
+chat-completions request, read as strictly as one (a knob the backend cannot
+honour is a 400), and answered in its own API's shape, streamed or not; its
+errors too. The API key may come as ``Authorization: Bearer``, ``x-api-key``,
+``x-goog-api-key`` or ``?key=``.
 
 Every completion names the adapter that wrote it: ``model`` is the adapter's
 name (or the base model's), and the ``X-Tackroom-Adapter`` header says the same
@@ -93,7 +101,6 @@ import signal
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -109,15 +116,21 @@ from tackroom.wire import (
     Reply,
     Request,
     Shape,
-    completion_body,
     dumps,
-    error_reply,
     first_line,
     loads,
     parse_chat_request,
-    sse_events,
-    stream_chunks,
 )
+from tackroom.wire.dialect import (
+    Dialect,
+    allowed_methods,
+    credential,
+    dialect_error_reply,
+    find,
+    served_apis,
+    sse,
+)
+from tackroom.wire.dialect import Route as DialectRoute
 
 __all__ = ["ModelServer", "ServerThread", "serve_main"]
 
@@ -295,67 +308,85 @@ class ModelServer:
     def _authorized(self, request: Request) -> bool:
         if not self.api_key:
             return True
-        scheme, _, token = (request.header(b"authorization") or "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            token.strip().encode(), self.api_key.encode())
+        key = credential(request.headers, request.target) or ""
+        return hmac.compare_digest(key.encode("utf-8", "surrogateescape"),
+                                   self.api_key.encode())
 
     def _check_auth(self, request: Request) -> None:
         if not self._authorized(request):
             raise ApiError(401, "missing or wrong API key: send the header "
-                                "'Authorization: Bearer <key>' with the key the server was "
-                                "started with", code="invalid_api_key")
+                                "'Authorization: Bearer <key>' (or x-api-key, x-goog-api-key) "
+                                "with the key the server was started with",
+                           code="invalid_api_key")
         request.connection.identify("key" if self.api_key else request.connection.peer)
 
     async def _handle(self, request: Request) -> Reply:
-        """Answer one request (on the engine's loop); every error in OpenAI's JSON shape."""
+        """Answer one request (on the engine's loop); every error in its dialect's JSON shape."""
         path, method = request.path, request.method
         t0 = time.perf_counter()
+        found = None if path in _OWN_ROUTES else find(method, path)
+        dialect = found[0] if found else None
         try:
-            reply = await self._route(request, path, method)
+            reply = await self._route(request, path, method, found)
         except ApiError as e:
-            reply = error_reply(e)
+            reply = dialect_error_reply(dialect, e)
         except Exception as e:  # noqa: BLE001 - never a traceback to the client
             if self.log:
                 import traceback
 
                 traceback.print_exc(file=sys.stderr)
-            reply = error_reply(ApiError(500, f"internal error ({type(e).__name__}: "
-                                              f"{first_line(e)})"))
+            reply = dialect_error_reply(dialect, ApiError(
+                500, f"internal error ({type(e).__name__}: {first_line(e)})"))
         if self.log:
             sys.stderr.write(f"{request.connection.peer} - \"{method} {path}\" {reply.status} "
                              f"{time.perf_counter() - t0:.3f}s\n")
         return reply
 
-    async def _route(self, request: Request, path: str, method: str) -> Reply:
-        allowed = _allowed_methods(path)
-        if allowed and method in allowed and path in ("/health", "/v1/health"):
+    async def _route(self, request: Request, path: str, method: str,
+                     found: tuple[Dialect, DialectRoute, re.Match[str]] | None) -> Reply:
+        allowed = _OWN_ROUTES.get(path) or (allowed_methods(path) if found else None)
+        if allowed and method in allowed and path in _HEALTH:
             return Reply(200, b'{"status":"ok"}')
         self._check_auth(request)
         if allowed is None:
-            raise ApiError(404, f"no route {method} {path[:200]}; this server serves GET "
-                                "/v1/models, POST /v1/chat/completions (chat models "
-                                "only), /v1/load_lora_adapter and /v1/unload_lora_adapter")
+            raise ApiError(404, f"no route {method} {path[:200]}; this server answers "
+                                f"{served_apis()}; and POST /v1/load_lora_adapter, "
+                                "/v1/unload_lora_adapter")
         if method not in allowed:
             raise ApiError(405, f"use {' or '.join(allowed)} for {path}, not {method}",
                            headers={"Allow": ", ".join(allowed)})
-        if path == "/v1/chat/completions":
-            return await self._chat(loads(request.body))
         if path in _ADAPTER_ROUTES:
             text = getattr(self, _ADAPTER_ROUTES[path])(loads(request.body))
             return Reply(200, text.encode(), content_type=b"text/plain; charset=utf-8")
-        if path == "/v1/models":
-            return Reply(200, dumps({"object": "list", "data": self.models()}))
-        name = path[len("/v1/models/"):]
-        for m in self.models():
-            if m["id"] == name:
-                return Reply(200, dumps(m))
-        raise ApiError(404, f"The model `{name[:200]}` does not exist. Served models: "
-                            f"{', '.join(self.served)}", code="model_not_found")
+        assert found is not None  # the own routes are answered above
+        dialect, api, match = found
+        if api.kind == "models":
+            if dialect.models is None:
+                raise ApiError(404, f"the {dialect.name} dialect lists no models")
+            return Reply(200, dumps(dialect.models(self.models(), match)))
+        body = loads(request.body)
+        chat = dialect.to_chat(body, match)
+        if api.kind == "count_tokens":
+            return self._count_tokens(dialect, chat)
+        return await self._turn(dialect, body, chat)
 
-    async def _chat(self, body: Any) -> Reply:
-        req = parse_chat_request(body, self.served, default_max_tokens=self.default_max_tokens)
+    def _count_tokens(self, dialect: Dialect, chat: dict[str, Any]) -> Reply:
+        """The prompt's token count under the model's chat template (no generation)."""
+        if dialect.count is None:
+            raise ApiError(404, f"the {dialect.name} dialect has no token counting")
+        chat.setdefault("max_tokens", 1)  # a count needs no budget to generate
+        req = parse_chat_request(chat, self.served, default_max_tokens=self.default_max_tokens)
+        try:
+            n = len(self.policy.prompt_ids(req.messages, req.tools))
+        except Exception as e:  # noqa: BLE001 - rendering depends on the request alone
+            raise ApiError(400, "the chat template cannot render these messages "
+                                f"({type(e).__name__}: {first_line(e)})",
+                           param="messages") from None
+        return Reply(200, dumps(dialect.count(n)))
+
+    async def _turn(self, dialect: Dialect, body: Any, chat: dict[str, Any]) -> Reply:
+        req = parse_chat_request(chat, self.served, default_max_tokens=self.default_max_tokens)
         completion = await self.engine.complete_on_loop(req)
-        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         served_by = [(b"X-Tackroom-Adapter", (completion.adapter or "base").encode())]
         name = completion.adapter or self.model_name
         with self._answered_lock:
@@ -363,11 +394,10 @@ class ModelServer:
         shape = Shape(req.model, include_usage=req.include_usage,
                       token_ids=req.return_token_ids)
         if req.stream:
-            return Reply(200, sse_events(stream_chunks(completion, shape, rid=rid,
-                                                       created=created)),
+            return Reply(200, sse(dialect.events(completion, shape, body),
+                                  done_marker=dialect.done_marker),
                          content_type=b"text/event-stream", headers=served_by, stream=True)
-        return Reply(200, dumps(completion_body(completion, shape, rid=rid, created=created)),
-                     headers=served_by)
+        return Reply(200, dumps(dialect.reply(completion, shape, body)), headers=served_by)
 
     def serve_forever(self) -> None:
         """Serve on the engine's loop until :meth:`shutdown` (blocks; Ctrl-C interrupts it)."""
@@ -467,15 +497,10 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _allowed_methods(path: str) -> tuple[str, ...] | None:
-    """The methods a path answers, or ``None`` for a path this server does not serve."""
-    if path in ("/health", "/v1/health", "/v1/models") or path.startswith("/v1/models/"):
-        return ("GET", "HEAD")
-    if path == "/v1/chat/completions" or path in _ADAPTER_ROUTES:
-        return ("POST",)
-    return None
-
-
+_HEALTH = ("/health", "/v1/health")
 #: The adapter routes, and the :class:`ModelServer` method that answers each.
 _ADAPTER_ROUTES = {"/v1/load_lora_adapter": "load_lora_adapter",
                    "/v1/unload_lora_adapter": "unload_lora_adapter"}
+#: The routes this server answers itself (the others are the dialects'), and their methods.
+_OWN_ROUTES: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(_HEALTH, ("GET", "HEAD")), **dict.fromkeys(_ADAPTER_ROUTES, ("POST",))}

@@ -1,7 +1,7 @@
 """OpenAI Chat Completions as a dialect: the pivot itself, so the translation is the identity.
 
-``POST /v1/chat/completions`` (and ``/chat/completions``, for clients whose
-base URL has no ``/v1``). Its replies are :func:`~tackroom.wire.replies.completion_body`
+``POST /v1/chat/completions`` and ``GET /v1/models[/NAME]`` (and the same
+without ``/v1``, for clients whose base URL has none). Its replies are :func:`~tackroom.wire.replies.completion_body`
 and :func:`~tackroom.wire.replies.stream_chunks`; its errors OpenAI's shape.
 """
 
@@ -37,7 +37,21 @@ def _error(e: ApiError) -> dict[str, Any]:
     return e.body()
 
 
+def _models(entries: list[dict[str, Any]], match: re.Match[str]) -> dict[str, Any]:
+    name = match.groupdict().get("model")
+    if name is None:
+        return {"object": "list", "data": entries}
+    for entry in entries:
+        if entry["id"] == name:
+            return entry
+    raise ApiError(404, f"The model `{name[:200]}` does not exist. Served models: "
+                        f"{', '.join(e['id'] for e in entries)}", code="model_not_found")
+
+
 CHAT = register_dialect(Dialect(
-    name="chat", summary="OpenAI Chat Completions: POST /v1/chat/completions",
-    routes=(Route("POST", r"(?:/v1)?/chat/completions"),),
-    to_chat=_to_chat, reply=_reply, events=_events, error=_error, done_marker=True))
+    name="chat", summary="OpenAI Chat Completions: POST /v1/chat/completions, GET /v1/models",
+    routes=(Route("POST", r"(?:/v1)?/chat/completions"),
+            Route("GET", r"(?:/v1)?/models", "models"),
+            Route("GET", r"(?:/v1)?/models/(?P<model>[^/]+)", "models")),
+    to_chat=_to_chat, reply=_reply, events=_events, error=_error, done_marker=True,
+    models=_models))

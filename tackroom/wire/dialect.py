@@ -14,7 +14,10 @@ of one vendor API onto that pivot and back:
 * ``events(c, shape, body)`` the streamed reply as ``(event, data)`` pairs in
   the order the API emits them (``event`` ``None`` where the API sends bare
   ``data:`` lines), sent as server-sent events by :func:`sse`;
-* ``error(e)`` the API's own error object for ``e`` (its status is ``e.status``).
+* ``error(e)`` the API's own error object for ``e`` (its status is ``e.status``);
+* ``count(n)`` (optional) the answer of a ``count_tokens`` route for ``n`` prompt tokens;
+* ``models(entries, match)`` (optional) the answer of a ``models`` route, from
+  the server's model entries (OpenAI's ``{"id", "object": "model", ...}``).
 
 ``body`` in ``reply``/``events`` is the dialect's request as the client sent
 it (the reply echoes some of it: a model name, instructions).
@@ -30,12 +33,15 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from tackroom.core.registry import entries, register
 from tackroom.wire.errors import ApiError, dumps
+from tackroom.wire.http11 import Reply, error_reply
 from tackroom.wire.replies import Completion, Shape
 
-__all__ = ["Dialect", "Route", "find", "register_dialect", "sse", "dialects"]
+__all__ = ["Dialect", "Route", "allowed_methods", "credential", "dialect_error_reply", "dialects",
+           "find", "register_dialect", "served_apis", "sse"]
 
 #: ``to_chat(body, match)`` -> a chat-completions body.
 ToChat = Callable[[Any, "re.Match[str]"], dict[str, Any]]
@@ -45,6 +51,14 @@ ReplyFn = Callable[[Completion, Shape, Any], dict[str, Any]]
 EventsFn = Callable[[Completion, Shape, Any], Iterable[tuple[str | None, Any]]]
 #: ``error(api error)`` -> the API's error object.
 ErrorFn = Callable[[ApiError], dict[str, Any]]
+#: ``count(prompt tokens)`` -> a ``count_tokens`` route's answer.
+CountFn = Callable[[int], dict[str, Any]]
+#: ``models(model entries, match)`` -> a ``models`` route's answer (404 for an unknown name).
+ModelsFn = Callable[[list[dict[str, Any]], "re.Match[str]"], dict[str, Any]]
+
+
+def _methods(route: Route) -> tuple[str, ...]:
+    return ("GET", "HEAD") if route.method == "GET" else (route.method,)
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,10 @@ class Route:
         """The path's match if this route answers it (whatever the method)."""
         return re.fullmatch(self.pattern, path)
 
+    def allows(self, method: str) -> bool:
+        """Whether the route answers ``method`` (``HEAD`` where it answers ``GET``)."""
+        return method in _methods(self)
+
 
 @dataclass(frozen=True)
 class Dialect:
@@ -79,6 +97,8 @@ class Dialect:
     #: Whether ``events`` yields bare ``data:`` lines ending with ``data: [DONE]``
     #: (OpenAI's chat completions) rather than named events.
     done_marker: bool = False
+    count: CountFn | None = None
+    models: ModelsFn | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -94,13 +114,72 @@ def dialects() -> list[Dialect]:
 
 
 def find(method: str, path: str) -> tuple[Dialect, Route, re.Match[str]] | None:
-    """The dialect and route that answer ``path`` (any method; the caller checks it)."""
+    """The dialect and route that answer ``path``; ``None`` when no dialect has the path.
+
+    A route whose method is ``method`` wins (``HEAD`` counts as ``GET``); failing
+    that, the first route with the path is returned and the caller answers 405
+    (:func:`allowed_methods` says what to allow).
+    """
+    fallback = None
     for d in dialects():
         for r in d.routes:
             m = r.match(method, path)
             if m is not None:
-                return d, r, m
+                if r.allows(method):
+                    return d, r, m
+                fallback = fallback or (d, r, m)
+    return fallback
+
+
+def served_apis() -> str:
+    """What a server answers, for a 404's message: each dialect's summary."""
+    return "; ".join(d.summary for d in dialects())
+
+
+def allowed_methods(path: str) -> tuple[str, ...]:
+    """Every method some dialect answers ``path`` with (for a 405's ``Allow``)."""
+    out: list[str] = []
+    for d in dialects():
+        for r in d.routes:
+            if r.match(r.method, path) is not None:
+                out += [m for m in _methods(r) if m not in out]
+    return tuple(out)
+
+
+#: Headers that carry an API key: OpenAI's (``Authorization: Bearer``), Anthropic's,
+#: Azure's and Gemini's. Gemini's SDKs may also send the key as ``?key=`` in the query.
+_KEY_HEADERS = (b"x-api-key", b"api-key", b"x-goog-api-key")
+
+
+def credential(headers: Iterable[tuple[bytes, bytes]], target: bytes) -> str | None:
+    """The API key a request carries, in whichever API's way it was sent; ``None`` if none.
+
+    ``Authorization: Bearer KEY``, ``x-api-key`` (Anthropic), ``api-key`` (Azure),
+    ``x-goog-api-key`` (Gemini), or ``?key=KEY`` in the target (Gemini's REST form).
+    """
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, rest = value.decode("latin-1").strip().partition(" ")
+            if scheme.lower() == "bearer" and rest.strip():
+                return rest.strip()
+        elif name in _KEY_HEADERS and value.strip():
+            return value.decode("latin-1").strip()
+    _, sep, query = target.partition(b"?")
+    if sep:
+        for pair in query.split(b"&"):
+            key, _, value = pair.partition(b"=")
+            if key == b"key" and value:
+                return unquote_to_bytes(value).decode("latin-1")
     return None
+
+
+def dialect_error_reply(dialect: Dialect | None, e: ApiError) -> Reply:
+    """The reply of ``e`` in ``dialect``'s error shape (OpenAI's when ``None``)."""
+    if dialect is None or dialect.name == "chat":
+        return error_reply(e)
+    reply = error_reply(e)
+    reply.body = dumps(dialect.error(e))
+    return reply
 
 
 def sse(events: Iterable[tuple[str | None, Any]], *, done_marker: bool = False) -> bytes:
