@@ -144,8 +144,9 @@ class Container(Protocol):
         """Copy the container's directory ``inside`` to ``host``."""
         ...
 
-    def online(self) -> Any:
-        """A context in which the container reaches the network (the tests' installs)."""
+    def install_tests(self, tests: Path, script: str, env: Mapping[str, str]) -> None:
+        """Give the container what ``script`` (the tests' installs, hoisted out of the test
+        scripts) installs, before the tests run; the episode itself has no network."""
         ...
 
     def close(self) -> None:

@@ -1,54 +1,61 @@
-"""The ``docker`` sandbox provider: the same tasks built and run with the Docker CLI.
+"""The ``docker`` sandbox provider: a task's image built and run by a local Docker daemon.
 
-For users who have a Docker daemon (``--sandbox docker``). A task's image is
-built by ``docker build`` from its own Dockerfile (any base image, multi-stage
-builds too), tagged by the same content hash as the bubblewrap provider's
-layers; an episode is one container of it, started with no network (an
-``--internal`` network of tackroom's), the task's memory and process limits,
-and kept running (``sleep infinity``) while commands are ``docker exec``'d in
-it. Directories a sandbox binds (``/tests``, ``/logs``, ``/solution``) are
-copied in with ``docker cp`` and the writable ones copied back when it closes.
-The tests' own installs run in the container, connected to the default bridge
-for just that long, before the tests (Terminal-Bench runs them so too).
+For ``--sandbox docker``. The task's image is built by :mod:`tackroom.images.daemon`: bases
+the daemon lacks come from the same ``mmdebstrap`` root file systems as the bubblewrap
+environments (``docker import``), ``docker build`` reaches only the package registries, and
+images are tagged by content, so a second build is a lookup. An episode is one container of
+the image:
+
+* **network**: ``--network none`` — a loopback and nothing else, no route out; a task's
+  services reach each other on it. A host directory bound read-only (``ro_binds``: the
+  recording gateway's Unix socket) is the only way to the host;
+* **limits** from ``task.toml``'s ``[environment]``: ``memory_mb`` (the container's cgroup,
+  no swap; the sandbox's own cap as everywhere), ``cpus`` (``--cpus``), ``storage_mb``
+  (``--storage-opt size=`` where the storage driver allows it — overlay2 on xfs with
+  ``pquota``; elsewhere not enforced, and :attr:`Container.notes` says so); processes
+  (``--pids-limit``); each command's wall time inside the container (``timeout -s KILL``),
+  since killing the ``docker exec`` client would not stop it;
+* **layout** as Harbor's: ``/tests``, ``/logs/verifier`` and ``/solution`` copied in with
+  ``docker cp`` when a sandbox that binds them opens, ``/logs`` copied back when it closes;
+  the verifier runs in the same container after the agent;
+* **the tests' installs** are a layer built once per image and script
+  (:func:`tackroom.images.daemon.tests_layer`) and copied in just before the verifier.
+
+Commands run as the image's root (``docker exec``), with an init process (``--init``) that
+reaps what they leave behind.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import shutil
+import os
 import subprocess
 import tempfile
+import tomllib
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tackroom.core.errors import InfraError
 from tackroom.core.registry import register
-from tackroom.images.build import context_digest
+from tackroom.images.daemon import (
+    DockerImage,
+    build_task_image,
+    daemon_unavailable,
+    docker,
+    tests_layer,
+)
 from tackroom.sandbox.contract import CommandResult, Limits, Sandbox
 from tackroom.sandbox.process import ProcessSandbox, copy_tree, limit_in_output
 
-#: The network episodes' containers are on: internal, so it reaches nothing outside.
-NETWORK = "tackroom-no-egress"
-#: Seconds a docker build may take.
-BUILD_TIMEOUT_S = 3600
+#: Processes a container may hold at least (its init, the shell, the tools it runs).
+MIN_PIDS = 64
 
 
-@functools.cache
 def docker_unavailable() -> str | None:
-    """Why the Docker provider cannot run here (``None`` if ``docker info`` answers)."""
-    if shutil.which("docker") is None:
-        return "the docker CLI is not installed"
-    try:
-        proc = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
-                              capture_output=True, text=True, timeout=20)
-    except subprocess.TimeoutExpired:
-        return "docker info did not answer within 20 s"
-    if proc.returncode != 0:
-        return "no Docker daemon answers: " + " ".join(proc.stderr.split())[:200]
-    return None
+    """Why the Docker provider cannot run here (``None`` if a daemon answers)."""
+    return daemon_unavailable()
 
 
 def require_docker() -> None:
@@ -56,69 +63,90 @@ def require_docker() -> None:
     reason = docker_unavailable()
     if reason is not None:
         raise InfraError(f"--sandbox docker cannot run: {reason}", "docker",
-                         "start the Docker daemon, or use the default bubblewrap sandbox")
+                         "start the Docker daemon (dockerd --iptables=false --bridge=none as "
+                         "root does), or use the default bubblewrap sandbox")
 
 
-def _docker(*args: str, timeout: float = 120, input: str | None = None,  # noqa: A002
-            check: bool = True) -> subprocess.CompletedProcess[str]:
-    try:
-        proc = subprocess.run(["docker", *args], capture_output=True, text=True,
-                              timeout=timeout, input=input)
-    except subprocess.TimeoutExpired:
-        raise InfraError(f"docker {args[0]} took over {timeout:.0f} s", "docker") from None
-    if check and proc.returncode != 0:
-        raise InfraError(f"docker {args[0]} failed (exit {proc.returncode}): "
-                         + " ".join(proc.stderr.split())[-300:], "docker")
-    return proc
+@functools.cache
+def storage_quota() -> str | None:
+    """Why ``--storage-opt size=`` cannot be used with this daemon (``None`` if it can)."""
+    info = docker("info", "--format", "{{.Driver}} {{json .DriverStatus}}", check=False)
+    text = info.stdout.decode(errors="replace")
+    driver = text.split(" ", 1)[0]
+    if driver == "overlay2" and '"xfs"' in text:
+        return None  # xfs: the size option needs pquota, which the run then reports if absent
+    return (f"the storage driver ({driver or 'unknown'}) cannot cap a container's disk "
+            "(only overlay2 on xfs with pquota can)")
 
 
-def build(dockerfile: Path, context: Path, *, log: Path | None = None) -> str:
-    """``docker build`` the task's image (Docker's own cache makes a rebuild cheap); its tag."""
-    require_docker()
-    key = context_digest(context)[:16]
-    tag = f"tackroom/{context.parent.name.lower()}:{key}"
-    if _docker("image", "inspect", tag, check=False).returncode == 0:
-        return tag
-    proc = _docker("build", "-t", tag, "-f", str(dockerfile), str(context),
-                   timeout=BUILD_TIMEOUT_S, check=False)
-    if log is not None:
-        log.write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise InfraError("docker build failed: " + " ".join(proc.stderr.split())[-300:],
-                         str(dockerfile), "see the build's output above")
-    return tag
+@functools.cache
+def _has_init() -> bool:
+    return docker("info", "--format", "{{.InitBinary}}", check=False).returncode == 0
+
+
+def task_environment(dockerfile: Path) -> dict[str, Any]:
+    """The ``[environment]`` table of the ``task.toml`` beside the task's ``environment/``
+    folder (``{}`` when there is none)."""
+    for toml in (dockerfile.parent.parent / "task.toml", dockerfile.parent / "task.toml"):
+        if toml.is_file():
+            try:
+                env = tomllib.loads(toml.read_text()).get("environment", {})
+            except tomllib.TOMLDecodeError:
+                return {}
+            return env if isinstance(env, dict) else {}
+    return {}
 
 
 class Container:
-    """One episode's container: started on :meth:`start`, removed on :meth:`close`."""
+    """One episode's container of ``image``: started when made, removed on :meth:`close`.
 
-    def __init__(self, image: str, *, memory_mb: int, processes: int, workdir: str,
-                 env: Mapping[str, str]) -> None:
+    Attributes:
+        name: the container's name (``tackroom-…``).
+        notes: what of the task's limits this daemon cannot enforce.
+    """
+
+    def __init__(self, image: DockerImage | str, *, limits: Limits, workdir: str,
+                 env: Mapping[str, str], cpus: float | None = None,
+                 storage_mb: int | None = None,
+                 ro_binds: Mapping[str, Path] = {}) -> None:  # noqa: B006
         require_docker()
-        if _docker("network", "inspect", NETWORK, check=False).returncode != 0:
-            _docker("network", "create", "--internal", NETWORK, check=False)
+        self.image = image if isinstance(image, DockerImage) else DockerImage(image)
         self.name = f"tackroom-{uuid.uuid4().hex[:12]}"
         self.workdir = workdir
-        args = ["run", "-d", "--name", self.name, "--network", NETWORK,
-                "--memory", f"{memory_mb}m", "--pids-limit", str(max(processes, 64)),
-                "--entrypoint", "sleep"]
+        self.notes: list[str] = list(self.image.notes)
+        memory = f"{limits.memory_mb}m"
+        args = ["run", "-d", "--name", self.name, "--network", "none", "--hostname", "sandbox",
+                "--memory", memory, "--memory-swap", memory,
+                "--pids-limit", str(max(limits.processes, MIN_PIDS)),
+                "--workdir", workdir, "--entrypoint", "sleep"]
+        if _has_init():
+            args.append("--init")
+        if cpus:
+            args += ["--cpus", f"{float(cpus):g}"]
+        if storage_mb:
+            if (why := storage_quota()) is None:
+                args += ["--storage-opt", f"size={int(storage_mb)}m"]
+            else:
+                self.notes.append(f"storage_mb = {storage_mb} not enforced: {why}")
+        for inside, host in ro_binds.items():
+            args += ["--mount", f"type=bind,source={Path(host).resolve()},target={inside},"
+                     "readonly"]
         for key, value in env.items():
             args += ["-e", f"{key}={value}"]
-        _docker(*args, image, "infinity")
+        docker(*args, self.image.tag, "infinity", where=self.image.tag)
+        self._tests_done = False
 
-    def _exec(self, mode: str, argv: list[str], env: Mapping[str, str], cwd: str) -> list[str]:
-        out = ["exec", mode, "-w", cwd]
+    def exec_argv(self, argv: list[str], env: Mapping[str, str], cwd: str,
+                  mode: str = "-i") -> list[str]:
+        """The ``docker exec`` command line running ``argv`` in the container."""
+        out = ["docker", "exec", mode, "-w", cwd]
         for key, value in env.items():
             out += ["-e", f"{key}={value}"]
         return [*out, self.name, *argv]
 
-    def exec_argv(self, argv: list[str], env: Mapping[str, str], cwd: str) -> list[str]:
-        """The ``docker exec`` command line running ``argv`` in the container."""
-        return ["docker", *self._exec("-i", argv, env, cwd)]
-
     def exec_detached(self, argv: list[str], env: Mapping[str, str], cwd: str) -> None:
         """Start ``argv`` in the container in the background (a task's service)."""
-        _docker(*self._exec("-d", argv, env, cwd))
+        docker(*self.exec_argv(argv, env, cwd, mode="-d")[1:], where=self.name)
 
     def sandbox(self, limits: Limits, *, cwd: str,
                 binds: Mapping[str, Path] = {}) -> Sandbox:  # noqa: B006
@@ -127,35 +155,39 @@ class Container:
 
     def copy_in(self, host: Path, inside: str) -> None:
         """Copy the host directory ``host`` into the container at ``inside``."""
-        _docker("exec", self.name, "mkdir", "-p", inside)
-        _docker("cp", f"{host}/.", f"{self.name}:{inside}")
+        docker("exec", self.name, "mkdir", "-p", inside, where=self.name)
+        docker("cp", f"{host}/.", f"{self.name}:{inside}", where=self.name)
 
     def copy_out(self, inside: str, host: Path) -> None:
         """Copy the container's ``inside`` to ``host`` (special files left behind)."""
         with tempfile.TemporaryDirectory() as tmp:
-            if _docker("cp", f"{self.name}:{inside}/.", tmp, check=False).returncode == 0:
+            if docker("cp", f"{self.name}:{inside}/.", tmp, check=False).returncode == 0:
                 copy_tree(tmp, host)
 
-    @contextlib.contextmanager
-    def online(self) -> Iterator[None]:
-        """Reach the network (the default bridge) for as long as the block runs."""
-        _docker("network", "connect", "bridge", self.name)
-        try:
-            yield
-        finally:
-            _docker("network", "disconnect", "bridge", self.name, check=False)
+    def install_tests(self, tests: Path, script: str, env: Mapping[str, str]) -> None:
+        """Give the container what ``script`` (the tests' hoisted installs) installs: a layer
+        built once per image, script and ``tests`` folder, copied in (the container has no
+        network). Once per container."""
+        if self._tests_done:
+            return
+        layer = tests_layer(self.image.tag, script, tests, workdir=self.workdir, env=env)
+        if layer is not None:
+            with open(layer, "rb") as f:
+                docker("cp", "-a", "-", f"{self.name}:/", input=f.read(), timeout=600,
+                       where=str(layer))
+        self._tests_done = True
 
     def close(self) -> None:
         """Remove the container."""
-        _docker("rm", "-f", self.name, check=False)
+        docker("rm", "-f", self.name, check=False)
 
 
 class DockerSandbox(ProcessSandbox):
     """A :class:`~tackroom.sandbox.Sandbox` whose commands ``docker exec`` in a container.
 
-    ``binds`` are copied in when it opens and back out when it closes; a
-    command's wall time is enforced inside the container too (``timeout -s
-    KILL``), since killing the ``docker exec`` client would not stop it.
+    ``binds`` are copied in when it opens and back out when it closes (``/tests`` and
+    ``/solution`` stay: they are read, not written); a command's wall time is enforced
+    inside the container too (``timeout -s KILL``).
     """
 
     def __init__(self, container: Container, limits: Limits, *, cwd: str,
@@ -183,28 +215,35 @@ class DockerSandbox(ProcessSandbox):
     def copy_out(self, inside: str, host: Path) -> None:
         self.container.copy_out(inside, host)
 
-    def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
-        return dict(extra or {})  # the image's ENV is the container's already
-
     def argv(self, argv: list[str], env: Mapping[str, str] | None = None) -> list[str]:
+        """``argv`` under the command's wall time, ``docker exec``'d in the container."""
         timed = ["timeout", "-s", "KILL", f"{max(1.0, self._timeout):.0f}", *argv]
-        return self.container.exec_argv(timed, self._env(env), self.cwd)
+        return self.container.exec_argv(timed, dict(env or {}), self.cwd)
 
     def popen(self, argv: list[str], env: Mapping[str, str] | None = None,
               **kwargs: Any) -> subprocess.Popen:
         if self._closed:
             raise InfraError("sandbox is closed", self.container.name)
         return subprocess.Popen(self.argv(argv, env), cwd=self.workdir,  # noqa: S603
+                                env={**os.environ, "DOCKER_CLI_HINTS": "false"},
                                 start_new_session=True, **kwargs)
 
     def run(self, command: str, *, timeout_s: float | None = None, stdin: str | None = None,
             env: Mapping[str, str] | None = None) -> CommandResult:
         self._timeout = self.limits.wall_s if timeout_s is None else timeout_s
-        return super().run(command, timeout_s=timeout_s, stdin=stdin, env=env)
+        try:
+            return super().run(command, timeout_s=timeout_s, stdin=stdin, env=env)
+        finally:
+            self._timeout = self.limits.wall_s
+
+    def _started(self, code: int, stdout: str, stderr: str) -> None:
+        if code in (125, 126) and stderr.startswith(("Error response from daemon",
+                                                     "Error: No such container")):
+            raise InfraError(f"docker exec failed: {stderr.strip()[:300]}", self.container.name)
 
     def _which_limit(self, code: int, stderr: str) -> str | None:
         if code == 137:
-            return "memory"  # the kernel's OOM killer (our own timeout shows as timed out)
+            return "memory"  # the cgroup's OOM killer (our own timeout shows as timed out)
         return limit_in_output(code, stderr)
 
     def close(self) -> None:
@@ -212,12 +251,12 @@ class DockerSandbox(ProcessSandbox):
             return
         self._closed = True
         for inside, host in self.binds.items():
-            if inside != "/tests" and inside != "/solution":
+            if inside not in ("/tests", "/solution"):
                 self.container.copy_out(inside, host)
 
 
 class Docker:
-    """``--sandbox docker``: a task with a Dockerfile is built by ``docker build`` and each
+    """``--sandbox docker``: a task with a Dockerfile is built by the Docker daemon and each
     episode is a container of it (:class:`Container`); tasks without one use bubblewrap."""
 
     name = "docker"
@@ -231,11 +270,17 @@ class Docker:
 
     def container(self, dockerfile: Path, *, limits: Limits, workdir: str,
                   env: Mapping[str, str]) -> Container:
-        tag = build(dockerfile, dockerfile.parent)
-        return Container(tag, memory_mb=limits.memory_mb, processes=limits.processes,
-                         workdir=workdir, env=env)
+        require_docker()
+        image = build_task_image(dockerfile, dockerfile.parent)
+        table = task_environment(dockerfile)
+        cpus = table.get("cpus")
+        storage = table.get("storage_mb")
+        return Container(image, limits=limits, workdir=workdir, env=env,
+                         cpus=float(cpus) if isinstance(cpus, (int, float)) else None,
+                         storage_mb=int(storage) if isinstance(storage, int) else None)
 
 
 #: The Docker provider, registered as ``docker``.
-DOCKER = register("sandbox", summary="docker build and docker exec, for users with a Docker "
-                  "daemon (tasks without a Dockerfile still use bubblewrap)")(Docker())
+DOCKER = register("sandbox", summary="a local Docker daemon: docker build through the "
+                  "registries-only network, one container per episode with no network "
+                  "(tasks without a Dockerfile still use bubblewrap)")(Docker())

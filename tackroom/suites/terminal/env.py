@@ -396,20 +396,15 @@ class TerminalEnv:
             self.netns = None
 
     def _install_test_tools(self, tests: Path) -> None:
-        """With Docker: the tests' own installs, run in the container with network, first."""
+        """With Docker: the tests' own installs, built once (as for bubblewrap) and put into
+        the container before the tests, which run without them."""
         assert self.container is not None
         scripts, install, _ = split_tests(tests)
         if not install:
             return
+        self.container.install_tests(self.td.tests, install, {**self._env(), "TEST_DIR": "/tests"})
         for name, text in scripts.items():
             (tests / name).write_text(text)
-        with self.container.online(), \
-                self._sandbox(Limits(wall_s=600, memory_mb=max(self.td.memory_mb, 1024)),
-                              {"/tests": tests}) as box:
-            res = box.run(install, env={**self._env(), "TEST_DIR": "/tests"})
-        if res.exit_code != 0:
-            raise InfraError(f"the tests' installs failed (exit {res.exit_code}): "
-                             f"{res.output(300)!r}", str(self.td.tests), "check the test script")
 
     def run_solution(self) -> CommandResult:
         """Run ``solution/solve.sh`` in the sandbox (for checking a task, not for agents)."""
