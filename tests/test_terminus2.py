@@ -266,10 +266,37 @@ def _variants(seed: int = 0) -> list[str]:
     return out
 
 
+#: Pieces random replies are made of.
+_TOKENS = ['{', '}', '"analysis"', '"plan"', '"commands"', '"task_complete"', '"duration"',
+           '"keystrokes"', ':', ',', '[', ']', '"a"', '"ls\\n"', 'true', '"yes"', '1', '0.5',
+           'null', '\\', ' ', '\n', 'x', '"', '{"keystrokes": "pwd\\n", "duration": 1}']
+
+
+def _random_replies(n: int, seed: int = 1) -> list[str]:
+    rnd = random.Random(seed)
+    return ["".join(rnd.choice(_TOKENS) for _ in range(rnd.randrange(1, 40))) for _ in range(n)]
+
+
+def test_any_reply_is_actions_or_an_error_the_model_reads():
+    """Garbage, bytes and JSON fragments: the session never raises, and what it answers is
+    one of terminus-2's prompts."""
+    rnd = random.Random(2)
+    junk = [bytes(rnd.randrange(256) for _ in range(rnd.randrange(80))).decode(
+        errors="replace") for _ in range(100)] + _random_replies(300)
+    loop = Loop()
+    for text in junk:
+        actions = loop.reply(text, "/task$ ")
+        assert all(isinstance(a, (TypeKeys, Press, Submit)) for a in actions), actions
+        assert loop.last.startswith(("Previous response had", "New Terminal Output:",
+                                     "Current Terminal Screen:", "Current terminal state:")), (
+            text, loop.last[:200])
+
+
 def test_their_parser_reads_every_reply_as_ours_does(theirs):
-    """The table and ~150 mangled variants of it: commands, completion, error and warnings
-    equal to the published parser's (unknown fields: one per reply, as theirs lists a set)."""
-    replies = [c[0] for c in CASES] + _variants()
+    """The table, ~150 mangled variants of it and 500 random replies: commands, completion,
+    error and warnings equal to the published parser's (unknown fields: one per reply, as
+    theirs lists a set)."""
+    replies = [c[0] for c in CASES] + _variants() + _random_replies(500)
     for reply in replies:
         t = theirs.parser.parse_response(reply)
         o = read_reply(reply)
