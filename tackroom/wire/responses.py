@@ -51,8 +51,10 @@ it is OpenAI's event sequence (``response.created``, ``response.in_progress``,
 then per item ``output_item.added``, its content part / argument deltas and
 ``.done`` events, ``output_item.done``, and ``response.completed`` or
 ``response.incomplete``), each event's data carrying ``type`` and
-``sequence_number``. Errors are OpenAI's shape, with chat keys named back as the
-client sent them (``max_output_tokens``, ``text.format``, ``input``).
+``sequence_number`` (the in-progress snapshots leave out the request's
+``instructions`` and ``tools``, which the finished response echoes). Errors are
+OpenAI's shape, with chat keys named back as the client sent them
+(``max_output_tokens``, ``text.format``, ``input``).
 """
 
 from __future__ import annotations
@@ -421,14 +423,16 @@ def _response(c: Completion, shape: Shape, body: dict[str, Any], output: list[di
         "status": ("incomplete" if incomplete else "completed") if done else "in_progress",
         "background": False, "error": None,
         "incomplete_details": incomplete if done else None,
-        "instructions": body.get("instructions"),
+        # The client's own instructions and tools (40 kB for Codex) are echoed in the
+        # finished response only: a copy in each in-progress snapshot tripled the CPU per call.
+        "instructions": body.get("instructions") if done else None,
         "max_output_tokens": body.get("max_output_tokens"), "model": shape.model,
         "output": output if done else [],
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
         "previous_response_id": None, "reasoning": body.get("reasoning"),
         "store": body.get("store", False), "temperature": body.get("temperature"),
         "text": body.get("text") or {"format": {"type": "text"}},
-        "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools") or [],
+        "tool_choice": body.get("tool_choice", "auto"), "tools": (body.get("tools") or []) if done else [],
         "top_p": body.get("top_p"), "truncation": "disabled",
         "usage": None, "user": body.get("user"), "metadata": body.get("metadata") or {},
     }
