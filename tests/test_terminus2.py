@@ -412,6 +412,9 @@ def test_every_text_the_loop_sends_is_theirs(theirs):
     cut = '{"analysis": "a", "plan": "p", "commands": [{"keystrokes": "ls"}, {"keys'
     loop.reply(cut, "ignored", finish_reason="length")
     assert loop.last == theirs.cut_prompt(cut) and loop.last.startswith(OUTPUT_CUT)
+    # Theirs records the cut reply and its error, then asks with the error again.
+    assert [(m["role"], m["content"]) for m in loop.session.messages()[-3:]] == [
+        ("assistant", cut), ("user", loop.last), ("user", loop.last)]
     assert theirs.output_cut == OUTPUT_CUT
 
 

@@ -412,7 +412,7 @@ class Terminus2Session(HarnessSession):
     def __init__(self, spec: HarnessSpec, instruction: str) -> None:
         super().__init__(spec, instruction)
         self._template = template()
-        self._prompts: list[str] = []
+        self._prompts: list[list[str]] = []  # the user messages before each reply
         self._replies: list[str] = []
         self._buffer: str | None = None  # the terminal as last shown (for "new output")
         self._pending = False  # task_complete said once; the next one submits
@@ -432,8 +432,8 @@ class Terminus2Session(HarnessSession):
     def messages(self) -> list[dict[str, Any]]:
         """Every turn so far, user and assistant in turn, starting with the template."""
         msgs: list[dict[str, Any]] = []
-        for k, prompt in enumerate(self._prompts):
-            msgs.append({"role": "user", "content": prompt})
+        for k, prompts in enumerate(self._prompts):
+            msgs.extend({"role": "user", "content": p} for p in prompts)
             if k < len(self._replies):
                 msgs.append({"role": "assistant", "content": self._replies[k]})
         return msgs
@@ -499,12 +499,14 @@ class Terminus2Session(HarnessSession):
         if not isinstance(rendered, str):  # terminus-2 reads text: keep an image part's text
             rendered = "".join(p.get("text", "") for p in parts_of(rendered) or [])
         if not self._prompts:
-            self._prompts.append(self._template.format(
+            self._prompts.append([self._template.format(
                 instruction=self.instruction,
-                terminal_state=limit_output(self._terminal(rendered))))
+                terminal_state=limit_output(self._terminal(rendered)))])
             return
         if self._refused:
-            self._prompts.append(feedback or "")
+            # After a cut reply theirs records its error message, then asks with it again:
+            # the model reads it twice in a row.
+            self._prompts.append([feedback or ""] * (2 if self._cut else 1))
             return
         output = limit_output(self._terminal(rendered))
         if self._asking:
@@ -517,7 +519,7 @@ class Terminus2Session(HarnessSession):
             prompt = limit_output(output)
         if feedback:  # ours: the sandbox refused an action (no such thing in terminus-2)
             prompt = f"{feedback.strip()}\n\n{prompt}"
-        self._prompts.append(prompt)
+        self._prompts.append([prompt])
 
 
 TerminusJSONParser.conversation = Terminus2Session
