@@ -17,6 +17,8 @@ Formats (the harness's ``[agent] expert``; each registered as kind ``agent_exper
   ends a CLI's turn.
 * ``exec-command`` (Codex): the same, through its ``exec_command`` tool, whose
   command line is a ``cmd`` string.
+* ``shell-script`` (Gemini CLI): the same, with the script as it is, several
+  lines, not wrapped in ``bash -c``.
 * ``bash-block`` (text-based CLIs): the same script in a fenced block whose
   info string is the harness's ``expert_fence`` (``bash`` by default).
 * ``search-replace`` (Aider's ``diff`` edit format): each edit as a
@@ -126,6 +128,9 @@ class AgentExpert:
 class ShellToolExpert(AgentExpert):
     """Calls the CLI's shell tool (mini-swe-agent, Qwen Code, OpenHands) with the script."""
 
+    #: A script of several lines goes as one ``bash -c`` command line.
+    one_line = True
+
     def reply(self, request: PolicyRequest, command: str) -> PolicyResponse:
         tool = shell_tool(request.tools or [])
         if tool is None:
@@ -134,11 +139,20 @@ class ShellToolExpert(AgentExpert):
         if not command:
             return PolicyResponse(text="The task is done.", model="expert")
         name, extra = tool
-        if "\n" in command:  # one command line (OpenHands' terminal runs one at a time)
+        if "\n" in command and self.one_line:  # OpenHands' terminal runs one line at a time
             command = f"bash -c {shlex.quote(command)}"
         call = ToolCall(id=f"call_expert_{self.calls}", name=name,
                         arguments=json.dumps({"command": command, **extra}))
         return PolicyResponse(text=None, tool_calls=[call], model="expert")
+
+
+@register("agent_expert", "shell-script")
+class ShellScriptExpert(ShellToolExpert):
+    """Calls the CLI's shell tool with the script as it is, its lines and all: Gemini CLI's
+    ``run_shell_command`` runs its command with ``bash -c`` itself, and strips a leading
+    ``bash -c '...'`` without undoing the quoting inside, which breaks the script."""
+
+    one_line = False
 
 
 @register("agent_expert", "exec-command")
