@@ -433,6 +433,8 @@ async def test_sdk_responses_against_the_gateway_text_calls_results_and_errors()
                         "output": "a.py\nb.py"}]
             second = await c.responses.create(model="tackroom", input=history, tools=[EXEC])
             done = await c.responses.create(model="tackroom", input="bye", store=True)
+            counted = await c.responses.input_tokens.count(model="tackroom", input=history,
+                                                           tools=[EXEC])
             with pytest.raises(openai.BadRequestError) as e:
                 await c.responses.create(model="tackroom", input="again",
                                          previous_response_id=done.id)
@@ -443,6 +445,10 @@ async def test_sdk_responses_against_the_gateway_text_calls_results_and_errors()
     assert whole.status == final.status == "completed" and whole.usage.total_tokens > 0
     assert second.output_text == "Two files." and done.output_text == "done"
     assert e.value.body["param"] == "previous_response_id"
+    # Counting tokens is a side call: answered, kept apart, no turn and no model call.
+    assert counted.object == "response.input_tokens" and counted.input_tokens > 0
+    assert [(s["kind"], s["dialect"]) for s in route.side_calls] == [("count_tokens",
+                                                                       "responses")]
 
     # Recorded as turns: the chat messages the policy saw; the tool result in its place.
     assert len(route.turns) == 4 and route.errors == []
@@ -499,6 +505,8 @@ def test_sdk_responses_against_tackroom_serve_with_the_tiny_model(tiny_chat_dir)
                    *[o.model_dump(exclude_none=True) for o in whole.output],
                    {"role": "user", "content": "Again."}]
         again = c.responses.create(model=s.model_name, input=history, max_output_tokens=4)
+        counted = c.responses.input_tokens.count(model=s.model_name, input="Say hi.",
+                                                 instructions="Be brief.")
         with pytest.raises(openai.BadRequestError) as e:
             c.responses.create(model=s.model_name, input="hi",
                                text={"format": {"type": "json_object"}})
@@ -512,4 +520,5 @@ def test_sdk_responses_against_tackroom_serve_with_the_tiny_model(tiny_chat_dir)
     assert said == whole.output_text and final.model_extra["token_ids"] == ids
     assert whole.status in ("completed", "incomplete") and again.usage.output_tokens <= 4
     assert e.value.body["param"] == "text.format"
+    assert counted.input_tokens == whole.usage.input_tokens  # the served prompt, exactly
 

@@ -1,5 +1,8 @@
 """OpenAI Responses as a dialect: ``POST /v1/responses`` (and ``/responses``), what Codex speaks.
 
+``POST /v1/responses/input_tokens`` counts a request's prompt tokens (a side
+call: no model turn).
+
 The request's ``input`` items become chat messages, in order:
 
 * a string, or ``message`` items (roles ``user``, ``assistant``, ``system``,
@@ -552,7 +555,14 @@ def error(e: ApiError) -> dict[str, Any]:
     return out
 
 
+def count(n: int) -> dict[str, Any]:
+    """The answer of ``POST /v1/responses/input_tokens`` for a prompt of ``n`` tokens."""
+    return {"object": "response.input_tokens", "input_tokens": n}
+
+
 RESPONSES = register_dialect(Dialect(
-    name="responses", summary="OpenAI Responses: POST /v1/responses (Codex)",
-    routes=(Route("POST", r"(?:/v1)?/responses"),),
-    to_chat=to_chat, reply=reply, events=events, error=error))
+    name="responses",
+    summary="OpenAI Responses: POST /v1/responses, POST /v1/responses/input_tokens",
+    routes=(Route("POST", r"(?:/v1)?/responses"),
+            Route("POST", r"(?:/v1)?/responses/input_tokens", "count_tokens")),
+    to_chat=to_chat, reply=reply, events=events, error=error, count=count))
