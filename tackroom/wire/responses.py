@@ -75,7 +75,7 @@ from tackroom.wire.errors import ApiError
 from tackroom.wire.replies import Completion, Shape
 from tackroom.wire.replies import _content_deltas as content_deltas
 
-__all__ = ["RESPONSES", "ToolSet", "read_tools", "to_chat"]
+__all__ = ["RESPONSES", "ToolSet", "count", "error", "events", "read_tools", "reply", "to_chat"]
 
 #: Message roles an input ``message`` item may have.
 ROLES = ("user", "assistant", "system", "developer")
