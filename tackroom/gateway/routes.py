@@ -97,6 +97,17 @@ class Route:
             self.unanswered.append({"method": method, "path": path[:200],
                                     "user_agent": (user_agent or "")[:200], "at": time.time()})
 
+    def missing_api(self, cli: str = "the CLI") -> str | None:
+        """One line naming the API the CLI called that no dialect answers; ``None`` if none."""
+        if not self.unanswered:
+            return None
+        first = self.unanswered[0]
+        agent = f" (User-Agent {first['user_agent']!r})" if first["user_agent"] else ""
+        more = f", and {len(self.unanswered) - 1} more such call(s)" \
+            if len(self.unanswered) > 1 else ""
+        return (f"{cli} called {first['method']} {first['path']}{agent}, which no dialect of "
+                f"this gateway answers{more}")
+
     def __repr__(self) -> str:  # never the token
         return (f"Route(label={self.label!r}, base_url={self.base_url!r}, "
                 f"turns={len(self.turns)}, errors={len(self.errors)}, closed={self.closed})")

@@ -137,7 +137,8 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
         startup = None if route.first_call_at is None else round(route.first_call_at - started, 3)
         ep.meta["agent"] = {**info, "cli": agent["cli"], "version": agent["version"],
                             "calls": len(route.turns), "startup_s": startup,
-                            "backend_errors": route.errors, "refused_calls": route.refused}
+                            "backend_errors": route.errors, "refused_calls": route.refused,
+                            "unanswered_calls": route.unanswered}
         # The CLI's tools, which no harness file holds: training on these records needs them.
         distinct = {json.dumps(t, sort_keys=True) for t in route.tools}
         ep.meta["agent"]["tools"] = route.tools[0] if route.tools else None
@@ -155,6 +156,10 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
     if final.success:
         ep.outcome = Outcome.SUCCESS
         return
+    if (missing := route.missing_api(f"the {agent['cli']} CLI")) and not route.turns:
+        # It needed an API the gateway does not speak: that, not the harness file, is the cause.
+        raise InfraError(missing, "gateway", "use a CLI (or CLI setting) whose API the gateway "
+                         "answers (docs/agents.md, dialects), or add a dialect for this one")
     if not route.turns and info.get("exit") not in (0, None):
         raise InfraError(f"the {agent['cli']} CLI exited {info.get('exit')} before its first "
                          f"model call: {_tail(info.get('output', ''))}", spec.harness.name,
@@ -173,6 +178,7 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
         ep.error = f"turn budget of {turns} model call(s) used"
         return
     ep.outcome = Outcome.FAILURE
+    ep.error = missing  # a call the gateway could not answer may be why, even after turns
     ep.failure_mode = final.info.get("failure_mode") or (
         "no_model_calls" if not route.turns else None)
 

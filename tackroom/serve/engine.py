@@ -113,8 +113,10 @@ def build_completion(response: PolicyResponse, req: ChatRequest, vocab: _Vocab,
     pieces = vocab.pieces(visible) + ([""] if by_token else [])
     raw = "".join(pieces)
     hit = _find_stop(raw, req.stop) if req.stop else None
+    stop_sequence = None
     if hit is not None:
         start, end = hit
+        stop_sequence = raw[start:end]
         k, seen = 0, 0
         while k < len(pieces) and seen < end:
             seen += len(pieces[k])
@@ -129,7 +131,8 @@ def build_completion(response: PolicyResponse, req: ChatRequest, vocab: _Vocab,
     return Completion(content=content, tool_calls=calls, finish_reason=finish,
                       prompt_tokens=response.prompt_tokens, completion_tokens=len(ids),
                       token_ids=ids, logprobs=lps, logprob_entries=entries, pieces=pieces,
-                      prompt_token_ids=prompt_token_ids)
+                      prompt_token_ids=prompt_token_ids,
+                      stop_sequence=stop_sequence)
 
 
 class _Gate:

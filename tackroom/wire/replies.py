@@ -49,6 +49,8 @@ class Completion:
     prompt_token_ids: list[int] | None = None
     #: The adapter that wrote the reply (``None``: the base model).
     adapter: str | None = None
+    #: The stop string that ended the reply, when one did (Anthropic's ``stop_sequence``).
+    stop_sequence: str | None = None
 
 
 @dataclass
