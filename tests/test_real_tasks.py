@@ -87,7 +87,7 @@ def test_the_tests_installs_are_built_in_and_never_run_without_network(imported)
     assert len(ready.verify.layers) == len(ready.image.layers) + 1
     old = load_task(imported / "tasks" / "terminal" / "tb-old-layout")
     assert (old.tests / "run-tests.sh").is_file()  # Terminal-Bench's default test script
-    assert prepare(old).installs == ("pip install pytest",)
+    assert prepare(old).installs[-2:] == ("uv init", "uv add pytest==8.4.1")
 
 
 def test_a_second_build_is_a_cache_hit_and_a_changed_file_a_new_layer(tmp_path):

@@ -232,7 +232,9 @@ def _installs(words: list[str]) -> bool:
     if prog == "virtualenv":
         return True
     if prog == "uv":
-        return sub[:1] in (["venv"], ["add"], ["sync"], ["lock"]) or sub[:2] in (
+        # ``uv init`` makes the project the ``uv add`` after it installs into (Terminal-Bench's
+        # default test script): hoisted with it, or the build's ``uv add`` finds no project.
+        return sub[:1] in (["venv"], ["add"], ["sync"], ["lock"], ["init"]) or sub[:2] in (
             ["pip", "install"], ["pip", "sync"], ["tool", "install"], ["python", "install"])
     if prog in ("npm", "pnpm"):
         return sub[:1] in (["install"], ["i"], ["ci"], ["add"])

@@ -48,11 +48,22 @@ exit $status  # 127: a command the environment lacks (reported as such, not as a
 """
 
 
-#: What Terminal-Bench ran for a task without a run-tests.sh (its default test script).
+#: What Terminal-Bench runs for a task without a run-tests.sh: its task template's test
+#: script (curl, uv 0.7.13, a uv project in the working directory with pytest 8.4.1). Its
+#: installs are hoisted to build time like any other (tackroom.images.testdeps).
 _TB_DEFAULT_TESTS = """#!/bin/bash
 # Terminal-Bench's default test script (tasks without a run-tests.sh of their own).
-pip install pytest
-pytest $TEST_DIR/test_outputs.py -rA
+apt-get update
+apt-get install -y curl
+curl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh
+source $HOME/.local/bin/env
+if [ "$PWD" = "/" ]; then
+    echo "Error: no working directory (the task's Dockerfile sets no WORKDIR)"
+    exit 1
+fi
+uv init
+uv add pytest==8.4.1
+uv run pytest $TEST_DIR/test_outputs.py -rA
 """
 
 
