@@ -596,8 +596,8 @@ def test_migrates_a_version_1_store(tmp_path: Path) -> None:
     con.execute("INSERT INTO runs BY NAME SELECT * EXCLUDE (owner_host, owner_pid, heartbeat_at) "
                 "FROM fresh.runs")
     con.execute("INSERT INTO episodes BY NAME SELECT * EXCLUDE (failure_mode) FROM fresh.episodes")
-    con.execute("INSERT INTO turns BY NAME SELECT * EXCLUDE (run_id, messages_from, delegation, notes) "
-                "FROM fresh.turns")
+    con.execute("INSERT INTO turns BY NAME SELECT * EXCLUDE (run_id, messages_from, delegation, "
+                "notes, side, thread, prompt_token_ids) FROM fresh.turns")
     store_whole_messages(con, episodes, keyed_by_run=False)
     con.close()
 
@@ -618,7 +618,7 @@ def test_migrates_a_version_1_store(tmp_path: Path) -> None:
         assert store.load_episode(again.episode_id, run_id="run-c") == again
     # The migrated tables are exactly what a new store creates.
     assert table_layout(old) == table_layout(fresh)
-    assert SCHEMA_VERSION == 7
+    assert SCHEMA_VERSION == 8
 
 
 def test_train_steps_are_recorded_and_a_resumed_step_replaces_its_row(tmp_path: Path) -> None:

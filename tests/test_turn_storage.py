@@ -147,8 +147,8 @@ def old_layout_copy(src: Path, dst: Path, episodes: list[Episode]) -> None:
         con.execute(f"CREATE TABLE {table} AS SELECT * FROM src.{table}")
     con.execute("UPDATE meta SET schema_version = 4")
     con.execute(V4_TURNS)
-    con.execute("INSERT INTO turns BY NAME SELECT * EXCLUDE (messages_from, delegation, notes) "
-                "FROM src.turns")
+    con.execute("INSERT INTO turns BY NAME SELECT * EXCLUDE (messages_from, delegation, notes, "
+                "side, thread, prompt_token_ids) FROM src.turns")
     for ep in episodes:
         for t in ep.turns:
             con.execute("UPDATE turns SET messages = ? WHERE run_id = ? AND episode_id = ? "

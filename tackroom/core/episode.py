@@ -49,6 +49,16 @@ class Turn:
             ``None`` under a harness without a ``[delegation]`` slot.
         notes: what the policy could not take from the model server as sent (e.g.
             usage counts or log-probs that are not finite numbers, recorded as missing).
+        side: what the call was when it was not an agent turn — an agent CLI's side
+            call (``"title"``, ``"summary"``, ``"subagent"``, ``"count_tokens"``,
+            ``"side"``; see :mod:`tackroom.gateway.calls`); ``None``: an agent turn.
+            Side calls are kept out of the turn budget and out of training data.
+        thread: the call sequence the turn belongs to (0: the first): a call that does
+            not continue an earlier one's history (a sub-agent, the history after a
+            compaction) starts another, so each turn's prompt is its own thread's.
+        prompt_token_ids: the prompt's token ids as the backend tokenised them, when it
+            returned them (``tackroom serve``, vLLM's ``return_token_ids``): training
+            uses them with ``token_ids`` instead of re-applying the chat template.
     """
 
     index: int
@@ -71,6 +81,9 @@ class Turn:
     t_harness: float = 0.0
     delegation: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    side: str | None = None
+    thread: int = 0
+    prompt_token_ids: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -163,7 +163,10 @@ _TURN_STRUCT = """struct_pack(
     t_harness := t.t_harness,
     messages_from := t.messages_from,
     delegation := CAST(t.delegation AS VARCHAR),
-    notes := CAST(t.notes AS VARCHAR))"""
+    notes := CAST(t.notes AS VARCHAR),
+    side := t.side,
+    thread := t.thread,
+    prompt_token_ids := t.prompt_token_ids)"""
 
 # ``k``: the (run_id, episode_id) records of one batch, from two parallel lists.
 _PARQUET_SQL = f"""
@@ -426,6 +429,8 @@ def episode_to_atif(ep: Episode) -> dict[str, Any]:
             "t_harness": turn.t_harness,
             "delegation": turn.delegation,
             "notes": turn.notes or None,
+            "side": turn.side,
+            "thread": turn.thread or None,
         })
         add({
             "timestamp": _iso(start + elapsed) if start else None,

@@ -150,16 +150,18 @@ def turn_rows(ep: Episode, blobs: BlobStore | None = None) -> list[dict[str, Any
     delta of the turn before (:mod:`tackroom.records.deltas`). With ``blobs``, images
     in the messages are written there and referenced (:mod:`tackroom.records.blobs`)."""
     rows: list[dict[str, Any]] = []
-    base_index: int | None = None
-    base_messages: list[Any] = []
+    # The base of a delta is the last turn of the same thread (call sequence): a CLI's
+    # side calls and sub-agents interleave with its agent turns.
+    bases: dict[int, tuple[int, list[Any]]] = {}
     memo: dict[int, Any] = {}
     for turn in sorted(ep.turns, key=lambda t: t.index):
         messages = turn.messages if blobs is None else externalize(turn.messages, blobs, memo)
-        delta = None if base_index is None else encode(base_messages, messages)
+        base = bases.get(turn.thread)
+        delta = None if base is None else encode(base[1], messages)
         rows.append(_turn_row(ep.run_id, ep.episode_id, turn,
                               messages if delta is None else delta,
-                              None if delta is None else base_index))
-        base_index, base_messages = turn.index, messages
+                              None if delta is None or base is None else base[0]))
+        bases[turn.thread] = (turn.index, messages)
     return rows
 
 
@@ -194,6 +196,9 @@ def _turn_row(run_id: str, episode_id: str, turn: Turn, messages: list[Any],
         "t_harness": float(turn.t_harness),
         "delegation": None if turn.delegation is None else scrubbed_json(turn.delegation),
         "notes": scrubbed_json(notes) if notes else None,
+        "side": turn.side,
+        "thread": int(turn.thread),
+        "prompt_token_ids": _token_ids(turn.prompt_token_ids),
     }
 
 
@@ -279,6 +284,10 @@ def _turn_from_row(row: Mapping[str, Any], messages: list[Any]) -> Turn:
         t_harness=row["t_harness"],
         delegation=loads(row.get("delegation"), None),
         notes=loads(row.get("notes"), None) or [],
+        side=row.get("side"),
+        thread=row.get("thread") or 0,
+        prompt_token_ids=None if row.get("prompt_token_ids") is None
+        else list(row["prompt_token_ids"]),
     )
 
 

@@ -1,6 +1,6 @@
 """The record store's tables: their columns, the DDL, and the migrations.
 
-Schema version 7 (:data:`SCHEMA_VERSION`) has five tables. Times are Unix
+Schema version 8 (:data:`SCHEMA_VERSION`) has five tables. Times are Unix
 seconds (``DOUBLE``), like the times on :class:`~tackroom.core.episode.Episode`;
 ``JSON`` columns hold scrubbed JSON text (see :mod:`tackroom.core.secrets`)::
 
@@ -28,7 +28,8 @@ seconds (``DOUBLE``), like the times on :class:`~tackroom.core.episode.Episode`;
           parse_error, feedback, actions JSON, action_error, observation,
           reward, prompt_tokens, completion_tokens, token_ids INTEGER[],
           logprobs DOUBLE[], adapter, t_policy, t_env, t_harness,
-          messages_from, delegation JSON, notes JSON, PK (run_id, episode_id, idx))
+          messages_from, delegation JSON, notes JSON, side, thread,
+          prompt_token_ids INTEGER[], PK (run_id, episode_id, idx))
         one row per model call: the exact messages the model saw — each
         message stored once: ``messages`` is a delta of turn
         ``messages_from``'s messages (:mod:`tackroom.records.deltas`; the whole
@@ -42,7 +43,11 @@ seconds (``DOUBLE``), like the times on :class:`~tackroom.core.episode.Episode`;
         (:mod:`tackroom.harness.delegation`; ``NULL`` without a ``[delegation]`` slot),
         ``notes``: what the policy could not take from the model server as sent
         (a usage count or log-probs that were not finite numbers, recorded as
-        missing), a JSON list of lines (``NULL``: none).
+        missing), a JSON list of lines (``NULL``: none), ``side``: an agent
+        CLI's side call's label (title, summary, subagent, count_tokens, side;
+        ``NULL``: an agent turn), ``thread``: the call sequence the turn continues
+        (0 the first), ``prompt_token_ids``: the prompt as the backend tokenised
+        it (``NULL`` when it returned none).
     train_steps(run_id, step, metrics JSON, recorded_at, PK (run_id, step))
         one row per optimiser step of a training run (SFT, RL).
 
@@ -52,7 +57,8 @@ A file with an older ``schema_version`` is migrated in place when opened for
 writing (:func:`migrate`, one transaction: 1→2 re-keyed episodes and turns by
 run, 2→3 added ``episodes.failure_mode`` and ``train_steps``, 3→4 the run's owner
 and heartbeat, 4→5 stored each turn's messages as a delta, 5→6 added
-``turns.delegation``, 6→7 added ``turns.notes``); a newer one is
+``turns.delegation``, 6→7 added ``turns.notes``, 7→8 ``turns.side``, ``turns.thread``
+and ``turns.prompt_token_ids``); a newer one is
 refused. To change a table: bump :data:`SCHEMA_VERSION`, change the column
 lists here and add the step to :data:`MIGRATIONS`.
 """
@@ -76,7 +82,7 @@ __all__ = [
 
 #: Version of the table layout this code writes. Bump it and add a migration
 #: to ``MIGRATIONS`` whenever a table changes.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: The values of ``runs.status``.
 RUN_STATUSES = ("running", "finished", "interrupted")
@@ -154,6 +160,10 @@ TURN_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("delegation", "JSON", pa.string()),
     # What the policy could not take from the server as sent (NULL: nothing).
     ("notes", "JSON", pa.string()),
+    # A side call's label (NULL: an agent turn), the call sequence, the served prompt ids.
+    ("side", "TEXT", pa.string()),
+    ("thread", "INTEGER", pa.int32()),
+    ("prompt_token_ids", "INTEGER[]", pa.list_(pa.int32())),
 ]
 
 EPISODE_SCHEMA = pa.schema([(name, typ) for name, _, typ in EPISODE_COLUMNS])
@@ -295,7 +305,10 @@ _MIGRATE_BATCH = 256
 MIGRATIONS: dict[int, Sequence[str | Callable[[duckdb.DuckDBPyConnection], None]]] = {
     1: _V1_TO_V2, 2: _V2_TO_V3, 3: _V3_TO_V4, 4: [_turns_as_deltas],
     5: ["ALTER TABLE turns ADD COLUMN delegation JSON"],
-    6: ["ALTER TABLE turns ADD COLUMN notes JSON"]}
+    6: ["ALTER TABLE turns ADD COLUMN notes JSON"],
+    7: ["ALTER TABLE turns ADD COLUMN side TEXT", "ALTER TABLE turns ADD COLUMN thread INTEGER",
+        "UPDATE turns SET thread = 0",  # one sequence: what every turn before was
+        "ALTER TABLE turns ADD COLUMN prompt_token_ids INTEGER[]"]}
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection, where: str, read_only: bool) -> None:
