@@ -249,6 +249,109 @@ async def test_a_call_no_dialect_answers_is_recorded_and_named():
     assert route.turns == []
 
 
+# ------------------------------------------------------------ tackroom serve
+KEY = "sk-anthropic-dialect-test"
+
+
+@pytest.fixture(scope="module")
+def served(tiny_chat_dir):
+    """``tackroom serve`` on the tiny model with an API key; ``SAY:`` steers its replies."""
+    import torch
+
+    from tackroom.policies.hf_policy import HFPolicy
+    from tackroom.serve import ServerThread
+
+    class SayHF(HFPolicy):
+        async def act(self, request: PolicyRequest) -> PolicyResponse:
+            last = request.messages[-1].get("content")
+            if not (isinstance(last, str) and last.startswith("SAY:")):
+                return await super().act(request)
+            ids = self.tokenizer.encode(last[4:], add_special_tokens=False)
+            ids.append(self.tokenizer.eos_token_id)
+            return PolicyResponse(
+                token_ids=ids, logprobs=self.score(request.messages, ids, request.tools),
+                prompt_tokens=len(self.prompt_ids(request.messages, request.tools)),
+                completion_tokens=len(ids), model=self.model_dir)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models decode fastest on one thread
+    try:
+        with ServerThread(policy=SayHF(tiny_chat_dir), api_key=KEY) as srv:
+            client = anthropic.Anthropic(base_url=srv.base_url.removesuffix("/v1"),
+                                         api_key=KEY, max_retries=0, timeout=120)
+            yield srv, client
+            client.close()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_serve_answers_text_tool_calls_and_stop_sequences(served):
+    from tackroom.models import format_tool_call
+
+    srv, c = served
+    ask = [{"role": "user", "content": "SAY:hello world"}]
+    msg = c.messages.create(model=srv.model_name, max_tokens=16, messages=ask,
+                            extra_body={"return_token_ids": True})
+    with c.messages.stream(model=srv.model_name, max_tokens=16, messages=ask) as s:
+        streamed = s.get_final_message()
+    assert msg.content[0].text == "hello world" == streamed.content[0].text
+    assert msg.stop_reason == "end_turn" == streamed.stop_reason
+    ids = msg.model_extra["token_ids"]
+    prompt = srv.policy.prompt_ids([{"role": "user", "content": "SAY:hello world"}])
+    assert msg.model_extra["prompt_token_ids"] == prompt
+    assert (msg.usage.input_tokens, msg.usage.output_tokens) == (len(prompt), len(ids))
+    assert len(msg.model_extra["logprobs"]) == len(ids) and msg.model == srv.model_name
+    assert (streamed.usage.input_tokens, streamed.usage.output_tokens) == (len(prompt), len(ids))
+    # A tool call the model writes is a tool_use block.
+    said = "Let me look.\n" + format_tool_call("bash", {"cmd": "ls"})
+    msg = c.messages.create(model=srv.model_name, max_tokens=64, tools=TOOLS,
+                            messages=[{"role": "user", "content": "SAY:" + said}])
+    assert msg.stop_reason == "tool_use"
+    assert [b.type for b in msg.content] == ["text", "tool_use"]
+    assert msg.content[0].text == "Let me look." and msg.content[1].input == {"cmd": "ls"}
+    # Its result, next turn: the template renders the tool message (a multi-turn history).
+    msg = c.messages.create(model=srv.model_name, max_tokens=16, tools=TOOLS, messages=[
+        {"role": "user", "content": "list"},
+        {"role": "assistant", "content": [b.model_dump() for b in msg.content]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": msg.content[1].id, "content": "a.py"},
+            {"type": "text", "text": "SAY:one file"}]}])
+    assert msg.content[0].text == "one file"
+    # A stop sequence ends the text where it starts, and says which one it was.
+    msg = c.messages.create(model=srv.model_name, max_tokens=16, stop_sequences=["STOP"],
+                            messages=[{"role": "user", "content": "SAY:alpha STOP beta"}])
+    assert (msg.content[0].text, msg.stop_reason, msg.stop_sequence) == (
+        "alpha ", "stop_sequence", "STOP")
+
+
+def test_serve_counts_tokens_with_the_chat_template_and_refuses_in_anthropics_shape(served):
+    srv, c = served
+    counted = c.messages.count_tokens(model=srv.model_name, system="Be brief.", tools=TOOLS,
+                                      messages=[{"role": "user", "content": "how long?"}])
+    chat_tools = [{"type": "function", "function": {
+        "name": "bash", "description": TOOLS[0]["description"],
+        "parameters": TOOLS[0]["input_schema"]}}]
+    assert counted.input_tokens == len(srv.policy.prompt_ids(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "how long?"}],
+        chat_tools))
+    with pytest.raises(anthropic.NotFoundError) as e:
+        c.messages.create(model="claude-opus", max_tokens=4,
+                          messages=[{"role": "user", "content": "x"}])
+    assert e.value.body["type"] == "error"
+    assert e.value.body["error"]["type"] == "not_found_error"
+    assert "tiny-chat" in e.value.body["error"]["message"]
+    with pytest.raises(anthropic.BadRequestError, match="tool_choice"):  # cannot be honoured
+        c.messages.create(model=srv.model_name, max_tokens=4, tools=TOOLS,
+                          tool_choice={"type": "any"}, messages=[{"role": "user", "content": "x"}])
+    wrong = anthropic.Anthropic(base_url=srv.base_url.removesuffix("/v1"), api_key="nope",
+                                max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError) as e:
+        wrong.messages.create(model=srv.model_name, max_tokens=4,
+                              messages=[{"role": "user", "content": "x"}])
+    assert e.value.body["error"]["type"] == "authentication_error"
+    wrong.close()
+
+
 # -------------------------------------------------------- round-trip property
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
 _name = st.from_regex(r"[a-z][a-z_]{0,11}", fullmatch=True)

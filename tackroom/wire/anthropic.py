@@ -210,9 +210,10 @@ def _tools(tools: Any) -> tuple[list[dict[str, Any]] | None, list[str]]:
         if not isinstance(schema, dict):
             raise _bad(f"tools.{i}.input_schema", "a custom tool needs an object "
                                                   "'input_schema' (a JSON schema)")
-        fn: dict[str, Any] = {"name": t["name"], "parameters": schema}
+        fn: dict[str, Any] = {"name": t["name"]}  # chat's key order: templates print it
         if isinstance(t.get("description"), str):
             fn["description"] = t["description"]
+        fn["parameters"] = schema
         out.append({"type": "function", "function": fn})
     return out or None, dropped
 
