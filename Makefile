@@ -12,13 +12,15 @@ export MINIWOB_CHROMEDRIVER ?= /usr/bin/chromedriver
 .PHONY: setup system demo test check lint types bench clean policy policy-table
 
 ## system packages: Chromium + ChromeDriver (MiniWoB++), bubblewrap (shell sandbox),
-## mmdebstrap (Debian root file systems for task environments built from Dockerfiles)
+## mmdebstrap (Debian root file systems for task environments built from Dockerfiles),
+## and as root docker.io (--sandbox docker; the tests start its daemon when none answers)
 system:
 	@missing=""; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 	[ -x /usr/bin/chromedriver ] || missing="$$missing chromium-driver"; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v mmdebstrap >/dev/null || missing="$$missing mmdebstrap"; \
+	[ "$$(id -u)" != 0 ] || command -v dockerd >/dev/null || missing="$$missing docker.io"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing:$$missing"; \

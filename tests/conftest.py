@@ -176,7 +176,7 @@ def lora_adapter_dir(tiny_chat_dir: Path, tmp_path_factory: pytest.TempPathFacto
 
 
 #: Fixtures that make a test slow wherever it is used (a model on disk, loaded by the test).
-SLOW_FIXTURES = frozenset({"tiny_chat_dir", "lora_adapter_dir"})
+SLOW_FIXTURES = frozenset({"tiny_chat_dir", "lora_adapter_dir", "docker_daemon"})
 #: Test files that are slow as a whole: each builds something costly once (a trained model,
 #: sandboxes, task images, agent CLIs, Ray) or runs the CLI in subprocesses test after
 #: test. Measured (``--junitxml`` times of a whole parallel run): a test is slow from about
@@ -264,6 +264,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (file in SLOW_FILES or f"{file}::{name}" in SLOW_TESTS
                 or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def docker_daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A Docker daemon answering for this test run (started as root when none does, and
+    stopped after; shared by xdist workers: tests/docker_daemon.py), else a skip saying why."""
+    from docker_daemon import acquire, release
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    reason = acquire(shared)
+    if reason is not None:
+        pytest.skip(f"--sandbox docker: {reason}")
+    from tackroom.images.daemon import daemon_unavailable
+
+    daemon_unavailable.cache_clear()
+    yield
+    release(shared)
 
 
 @pytest.fixture(autouse=True)

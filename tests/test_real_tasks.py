@@ -224,14 +224,7 @@ def test_without_root_a_built_task_says_so(monkeypatch, imported):
     assert "--sandbox docker" in e.value.line()
 
 
-def _docker_skip() -> str | None:
-    from tackroom.sandbox.docker import docker_unavailable
-
-    return docker_unavailable()
-
-
-@pytest.mark.skipif(_docker_skip() is not None, reason=f"--sandbox docker: {_docker_skip()}")
-def test_the_docker_provider_gives_the_same_outcomes(imported, tmp_path):
+def test_the_docker_provider_gives_the_same_outcomes(docker_daemon, imported, tmp_path):
     """With a Docker daemon: the same tasks built and checked by `docker build`/`docker exec`,
     and an eval through --sandbox docker with the same outcomes as through bubblewrap."""
     env = {"TACKROOM_TASKS": str(tmp_path / "tasks"), "COLUMNS": "220"}

@@ -1,0 +1,160 @@
+"""``--sandbox docker`` on a local Docker daemon (started for the run as root when none answers).
+
+The same real Harbor and Terminal-Bench task directories as tests/test_real_tasks.py, built
+by ``docker build`` on bases imported from tackroom's own ``mmdebstrap`` root file systems
+(no registry is reachable) and run one container per episode: their outcomes must equal the
+bubblewrap provider's cell by cell. Images are tagged by content in the daemon and the tests'
+install layers kept in ``$TACKROOM_CACHE/images``, so a second run builds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from tackroom.core.actions import Shell, Submit
+from tackroom.core.errors import InfraError
+from tackroom.core.task import Task
+from tackroom.images.build import BuildError
+from tackroom.images.daemon import build_task_image, docker_build_count
+from tackroom.sandbox import Sandbox, provider, sandbox_available
+from tackroom.suites.terminal.env import TerminalEnv
+from tackroom.suites.terminal.taskdir import load_task
+
+FIXTURES = Path(__file__).parent / "fixtures" / "real-tasks"
+
+pytestmark = pytest.mark.skipif(
+    not sandbox_available() or os.geteuid() != 0 or shutil.which("mmdebstrap") is None,
+    reason="the Docker bases are tackroom's mmdebstrap root file systems: building them needs "
+           "root, bubblewrap and mmdebstrap (make setup installs them as root)")
+
+
+def _rows(stdout: str) -> dict[str, list[str]]:
+    """The import table's rows by task id (cells stripped)."""
+    rows = {}
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        if len(cells) >= 5 and cells[0] and cells[1] in ("yes", "skipped"):
+            rows[cells[0]] = cells
+    return rows
+
+
+def _import(src: Path, work: Path, sandbox: str) -> dict[str, list[str]]:
+    env = {"TACKROOM_TASKS": str(work / sandbox), "COLUMNS": "220"}
+    p = run_cli("tasks", "import", str(src), "--sandbox", sandbox, cwd=work, env_extra=env,
+                timeout=3600)
+    assert p.returncode == 0, p.stderr + p.stdout
+    return _rows(p.stdout)
+
+
+def test_every_real_task_has_bubblewraps_outcome_cell_by_cell(docker_daemon, tmp_path):
+    src = tmp_path / "src"
+    for layout in ("harbor", "terminal-bench"):
+        shutil.copytree(FIXTURES / layout, src, dirs_exist_ok=True)
+    tasks = {p.name for p in src.iterdir()}
+    table = {sandbox: _import(src, tmp_path, sandbox) for sandbox in ("bubblewrap", "docker")}
+    assert set(table["docker"]) == set(table["bubblewrap"]) == tasks
+    for task in sorted(tasks):
+        bwrap, dock = table["bubblewrap"][task], table["docker"][task]
+        # imported, untouched, oracle: the same cells, and every task checked for real
+        assert (dock[1], dock[3], dock[4]) == (bwrap[1], bwrap[3], bwrap[4]), (task, bwrap, dock)
+        assert (dock[1], dock[2], dock[3], dock[4]) == ("yes", "docker", "fails", "passes"), dock
+    # Everything is tagged by content: importing again builds nothing.
+    before = docker_build_count()
+    (tmp_path / "again").mkdir()
+    again = _import(src, tmp_path / "again", "docker")
+    assert docker_build_count() == before
+    assert {t: r[1:5] for t, r in again.items()} == {t: r[1:5] for t, r in table["docker"].items()}
+
+
+def _task(root: Path, dockerfile: str, test_sh: str, toml: str = "") -> Path:
+    """A small Harbor task directory under ``root``."""
+    task = root / "probe"
+    (task / "environment").mkdir(parents=True)
+    (task / "tests").mkdir()
+    (task / "instruction.md").write_text("Make /app/done.\n")
+    (task / "task.toml").write_text('version = "1.0"\n' + toml)
+    (task / "environment" / "Dockerfile").write_text(dockerfile)
+    (task / "tests" / "test.sh").write_text(test_sh)
+    return task
+
+
+def test_an_episode_is_a_container_with_no_network_the_tasks_limits_and_harbors_layout(
+        docker_daemon, tmp_path):
+    task = _task(tmp_path, "FROM debian:bookworm-slim\nWORKDIR /app\n",
+                 "#!/bin/bash\n[ -f /tests/test.sh ] && [ -f /app/done ] && r=1 || r=0\n"
+                 "echo $r > /logs/verifier/reward.txt\n",
+                 "[environment]\ncpus = 1\nmemory_mb = 768\nstorage_mb = 2048\n")
+    td = load_task(task)
+    env = TerminalEnv(Task(td.id, "terminal", frozenset({"shell", "submit"})), td,
+                      sandbox="docker")
+    try:
+        obs = env.reset(0)
+        assert "/app" in obs.text
+        assert isinstance(env.sandbox, Sandbox)  # the contract's, as bubblewrap's are
+        container = env.container
+        assert container is not None
+        host = json.loads(subprocess.run(["docker", "inspect", container.name],
+                                         capture_output=True, text=True, check=True).stdout)[0]
+        hc = host["HostConfig"]
+        assert (hc["NetworkMode"], hc["Memory"], hc["NanoCpus"]) == ("none", 768 << 20, 10**9)
+        # overlay2 on ext4 cannot cap a container's disk: said, not silently dropped
+        assert any("storage_mb" in n for n in container.notes) or hc.get("StorageOpt")
+
+        def run(cmd: str) -> str:
+            return env.step(Shell(cmd)).observation.text
+
+        assert "[exit code 0]" in run("ls /sys/class/net | tr '\\n' ' '; pwd")
+        assert "lo " in run("ls /sys/class/net | tr '\\n' ' '")
+        assert "eth0" not in run("ls /sys/class/net")
+        assert "[exit code 1]" in run("(exec 3<>/dev/tcp/1.1.1.1/80) 2>/dev/null")
+        assert "[exit code 0]" not in run("getent hosts pypi.org")  # no name resolves
+        assert "[exit code 2]" in run("ls /tests /solution")  # not there until they run
+        run("touch /app/done")
+        result = env.step(Submit())
+        assert result.reward == 1.0 and result.success
+    finally:
+        env.close()
+    gone = subprocess.run(["docker", "inspect", container.name], capture_output=True)
+    assert gone.returncode != 0  # the episode's container is removed with it
+
+
+def test_a_build_reaches_the_package_registries_and_nothing_else(docker_daemon, tmp_path):
+    connect = ("p=${http_proxy##*:}; ! (exec 3<>/dev/tcp/1.1.1.1/80) 2>/dev/null && "
+               "exec 3<>/dev/tcp/127.0.0.1/$p && "
+               "printf 'CONNECT HOST:443 HTTP/1.1\\r\\nHost: HOST:443\\r\\n\\r\\n' >&3 && "
+               "read -r status <&3 && echo \"$status\" && [[ $status == *' 200 '* ]]")
+    base = 'FROM debian:bookworm-slim\nSHELL ["/bin/bash", "-c"]\n'
+    ok = tmp_path / "ok"
+    ok.mkdir()
+    (ok / "Dockerfile").write_text(base + f"RUN {connect.replace('HOST', 'pypi.org')}\n")
+    image = build_task_image(ok / "Dockerfile", ok)
+    assert image.tag.startswith("tackroom-task:")
+    refused = tmp_path / "refused"
+    refused.mkdir()
+    (refused / "Dockerfile").write_text(base + f"RUN {connect.replace('HOST', 'example.com')}\n")
+    with pytest.raises(BuildError) as e:
+        build_task_image(refused / "Dockerfile", refused)
+    assert "refused example.com:443" in e.value.line()
+
+
+def test_the_provider_says_why_it_cannot_run_in_one_line(monkeypatch):
+    from tackroom.images import daemon
+
+    daemon.daemon_unavailable.cache_clear()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    try:
+        docker = provider("docker")
+        assert "docker CLI is not installed" in (docker.unavailable() or "")
+        with pytest.raises(InfraError) as e:
+            docker.require()
+        assert "--sandbox docker cannot run" in e.value.line()
+    finally:
+        monkeypatch.undo()
+        daemon.daemon_unavailable.cache_clear()
