@@ -108,7 +108,8 @@ def test_aider_cannot_express_a_task_that_needs_a_shell():
     assert [c.harness.name for c in plan.grid.cells] == ["openhands"]
 
 
-def test_an_agent_cli_reaches_only_the_gateway(tmp_path):
+@pytest.mark.parametrize("harness", ["mini-swe-agent", "codex", "opencode"])
+def test_an_agent_cli_reaches_only_the_gateway(tmp_path, harness):
     """The reference solution of this task is a probe run *by the CLI*; the tests pass
     only if the probe reached nothing: not the host's loopback, not the internet."""
     store = tmp_path / "tasks"
@@ -132,7 +133,7 @@ def test_an_agent_cli_reaches_only_the_gateway(tmp_path):
             "[ $(grep -c blocked probe.txt) = 4 ]; then echo 1 > /logs/verifier/reward.txt; "
             "else cat probe.txt; echo 0 > /logs/verifier/reward.txt; fi\n")
         run = tackroom.evaluate(TerminalSuite(store=store), tasks=["net-probe"],
-                                harnesses=["mini-swe-agent"], policies=["expert"], seeds=[0],
+                                harnesses=[harness], policies=["expert"], seeds=[0],
                                 store=tmp_path / "r.duckdb")
         assert host_server.requests == []
     [ep] = run.load_episodes()
