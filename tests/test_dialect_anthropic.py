@@ -195,7 +195,7 @@ async def test_gateway_errors_are_anthropics_shape():
                         "type": "base64", "media_type": "image/png", "data": "AAAA"}}]}])
             with pytest.raises(anthropic.BadRequestError, match="role"):
                 await c.messages.create(model="m", max_tokens=5, messages=[
-                    {"role": "system", "content": "x"}])
+                    {"role": "tool", "content": "x"}])
         answer = await raw(gw.port, "POST", "/v1/messages", b"{not json",
                            f"x-api-key: {route.token}")
         head, _, body = answer.partition(b"\r\n\r\n")

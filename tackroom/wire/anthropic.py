@@ -265,9 +265,10 @@ def to_chat(body: Any, match: re.Match[str] | None = None) -> dict[str, Any]:
             out += _user(m.get("content"), where)
         elif role == "assistant":
             out.append(_assistant(m.get("content"), where))
+        elif role == "system":  # a mid-conversation system turn (Claude Code 2.1's environment)
+            out.append({"role": "system", "content": _text_of(m.get("content"), where)})
         else:
-            raise _bad(f"{where}.role", "must be \"user\" or \"assistant\" (the system "
-                                        "prompt goes in 'system')")
+            raise _bad(f"{where}.role", "must be \"user\", \"assistant\" or \"system\"")
     chat["messages"] = out
     tools, dropped = _tools(body.get("tools"))
     if tools is not None:
