@@ -1,0 +1,125 @@
+"""Claude Code and Gemini CLI as harnesses: their experts through the gateway, and a local model.
+
+Neither CLI speaks OpenAI's chat completions: the gateway answers Claude Code in
+Anthropic's Messages API (``POST /v1/messages?beta=true``, streamed) and Gemini
+CLI in Gemini's ``streamGenerateContent``, and asks the backend in chat
+completions. Each CLI's expert solves 3 code and 3 terminal tasks; a tiny model
+behind ``tackroom serve`` completes an episode under each with the served token
+ids and log-probs on every agent turn. The reachability probe has a row per CLI
+in tests/test_agents.py. The requests each CLI sent, captured, are in
+tests/fixtures/dialects/claude-code and gemini-cli.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import tackroom
+from tackroom.agents.install import ensure_installed
+from tackroom.core.policy import Sampling
+from tackroom.harness.spec import load_harness
+from tackroom.sandbox import sandbox_available
+from tackroom.serve import ServerThread
+from tackroom.wire.dialect import find
+
+FIXTURES = Path(__file__).parent / "fixtures" / "dialects"
+needs_sandbox = pytest.mark.skipif(not sandbox_available(), reason="needs bubblewrap")
+
+TERMINAL_TASKS = ["csv-column-sum", "archive-logs", "count-errors"]
+CODE_TASKS = ["add-business-days", "allocate-ratios", "args-double-dash"]
+#: Each CLI and the shell tool its expert calls (both take a `command` string).
+CLIS = {"claude-code": "Bash", "gemini-cli": "run_shell_command"}
+
+
+@pytest.fixture(scope="module")
+def installed():
+    """Both CLIs in the shared cache, side by side (a cache hit after the first run)."""
+    with ThreadPoolExecutor(len(CLIS)) as pool:
+        return list(pool.map(ensure_installed, [load_harness(n).agent for n in CLIS]))
+
+
+@pytest.mark.parametrize(("cli", "dialect"), [("claude-code", "anthropic"),
+                                              ("gemini-cli", "gemini")])
+def test_the_gateway_reads_each_clis_requests_as_captured(cli, dialect):
+    """Every captured request of the CLI finds its dialect by method and path, and translates
+    to a chat request with the CLI's shell tool, its system prompt first and, on the second
+    turn, the shell's output as a tool message."""
+    sent = json.loads((FIXTURES / cli / "requests.json").read_text())
+    assert len(sent) == 2
+    for name, request in sent.items():
+        path, _, query = request["path"].partition("?")
+        found = find(request["method"], path, query)
+        assert found is not None, request["path"]
+        d, route, match = found
+        assert (d.name, route.kind) == (dialect, "turn")
+        chat = d.to_chat(json.loads((FIXTURES / cli / name).read_text()), match)
+        assert chat["stream"] is True
+        assert chat["messages"][0]["role"] == "system"
+        assert len(chat["messages"][0]["content"]) > 1000
+        assert CLIS[cli] in [t["function"]["name"] for t in chat["tools"]]
+        tool_messages = [m for m in chat["messages"] if m["role"] == "tool"]
+        assert len(tool_messages) == (1 if "tool-result" in name else 0)
+    if cli == "claude-code":  # its environment, sent as a system turn after the task
+        assert [m["role"] for m in chat["messages"][:3]] == ["system", "user", "system"]
+
+
+@pytest.mark.parametrize("suite", ["code", "terminal"])
+@pytest.mark.parametrize("cli", list(CLIS))
+@pytest.mark.usefixtures("installed")
+@needs_sandbox
+@pytest.mark.slow
+def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, cli, suite):
+    tasks = CODE_TASKS if suite == "code" else TERMINAL_TASKS
+    run = tackroom.evaluate(suite, tasks=tasks, harnesses=[cli], policies=["expert"],
+                            seeds=[0], store=tmp_path / "r.duckdb")
+    episodes = run.load_episodes()
+    assert sorted(ep.task.split("/")[-1] for ep in episodes) == sorted(tasks)
+    for ep in episodes:
+        agent = ep.meta["agent"]
+        assert ep.outcome.value == "success", (ep.task, ep.error, agent.get("output"))
+        assert agent["exit"] == 0 and agent["cli"] == cli, agent
+        # Every agent turn is recorded, with the CLI's own prompt and tools: the script in
+        # its shell tool, then (its output sent back) the plain reply that ends its run.
+        # Under -p neither CLI makes a side call (a title, a summary, a token count).
+        assert agent["calls"] == len(ep.turns) == 2, agent
+        first, second = ep.turns
+        assert first.messages[0]["role"] == "system"  # the CLI's own system prompt
+        assert len(first.messages[0]["content"]) > 1000
+        assert [tc["function"]["name"] for tc in first.tool_calls] == [CLIS[cli]]
+        assert any(m.get("role") == "tool" for m in second.messages)
+        assert second.raw_text and not second.tool_calls
+        assert CLIS[cli] in [t["function"]["name"] for t in agent["tools"]]
+
+
+@pytest.mark.parametrize("cli", list(CLIS))
+@pytest.mark.usefixtures("installed")
+@needs_sandbox
+@pytest.mark.slow
+def test_a_tiny_model_completes_an_episode_under_each_cli(tmp_path, tiny_chat_dir, monkeypatch,
+                                                          cli):
+    """gateway -> ``tackroom serve`` -> a random model: every agent turn has the served token
+    ids and log-probs, though the CLI asked in its own API; the episode ends as the model's
+    own (no infra_error)."""
+    monkeypatch.setenv("TACKROOM_HARNESS_PATH", str(tmp_path))
+    short = tmp_path / f"{cli}-short.toml"
+    short.write_text(f'extends = "{cli}"\n[budget]\nturns = 2\nwall_seconds = 300\n')
+    with ServerThread(tiny_chat_dir) as srv:
+        run = tackroom.evaluate("code", tasks=["add-business-days"], harnesses=[str(short)],
+                                policies=[f"openai:{srv.model_name}"], base_url=srv.base_url,
+                                seeds=[0], sampling=Sampling(max_tokens=8, logprobs=True),
+                                store=tmp_path / "r.duckdb")
+    [ep] = run.load_episodes()
+    agent = ep.meta["agent"]
+    assert ep.outcome.value in ("failure", "timeout", "budget_exhausted"), (
+        ep.error, agent.get("output"))
+    assert ep.turns and agent["calls"] == len(ep.turns), agent
+    for turn in ep.turns:
+        assert turn.token_ids and len(turn.token_ids) == len(turn.logprobs) <= 8
+        assert turn.completion_tokens == len(turn.token_ids)
+        assert turn.messages[0]["role"] == "system"  # the CLI's own, translated
+    # The CLI's own tools, recorded for training: its shell tool among them.
+    assert CLIS[cli] in [t["function"]["name"] for t in agent["tools"]]
