@@ -137,6 +137,7 @@ from tackroom.wire.dialect import (
     credential,
     dialect_error_reply,
     find,
+    query_of,
     served_apis,
     sse,
 )
@@ -328,7 +329,7 @@ class ModelGateway:
                     raise ApiError(405, f"use GET or HEAD for {path}, not {method}",
                                    headers={"Allow": "GET, HEAD"})
                 return Reply(200, b'{"status":"ok"}')
-            found = find(method, path)
+            found = find(method, path, query_of(request.target))
             if found is None:
                 self._note_unanswered(request)
                 raise ApiError(404, f"no route {method} {path[:200]}; this gateway answers "

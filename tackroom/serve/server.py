@@ -127,6 +127,7 @@ from tackroom.wire.dialect import (
     credential,
     dialect_error_reply,
     find,
+    query_of,
     served_apis,
     sse,
 )
@@ -324,7 +325,7 @@ class ModelServer:
         """Answer one request (on the engine's loop); every error in its dialect's JSON shape."""
         path, method = request.path, request.method
         t0 = time.perf_counter()
-        found = None if path in _OWN_ROUTES else find(method, path)
+        found = None if path in _OWN_ROUTES else find(method, path, query_of(request.target))
         dialect = found[0] if found else None
         try:
             reply = await self._route(request, path, method, found)

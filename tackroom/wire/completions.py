@@ -52,6 +52,6 @@ CHAT = register_dialect(Dialect(
     name="chat", summary="OpenAI Chat Completions: POST /v1/chat/completions, GET /v1/models",
     routes=(Route("POST", r"(?:/v1)?/chat/completions"),
             Route("GET", r"(?:/v1)?/models", "models"),
-            Route("GET", r"(?:/v1)?/models/(?P<model>[^/]+)", "models")),
+            Route("GET", r"(?:/v1)?/models/(?P<model>[^/?]+)", "models")),
     to_chat=_to_chat, reply=_reply, events=_events, error=_error, done_marker=True,
     models=_models))

@@ -41,7 +41,7 @@ from tackroom.wire.http11 import Reply, error_reply
 from tackroom.wire.replies import Completion, Shape
 
 __all__ = ["Dialect", "Route", "allowed_methods", "credential", "dialect_error_reply", "dialects",
-           "find", "register_dialect", "served_apis", "sse"]
+           "find", "query_of", "register_dialect", "served_apis", "sse"]
 
 #: ``to_chat(body, match)`` -> a chat-completions body.
 ToChat = Callable[[Any, "re.Match[str]"], dict[str, Any]]
@@ -113,22 +113,36 @@ def dialects() -> list[Dialect]:
     return [e.obj for e in entries("dialect")]
 
 
-def find(method: str, path: str) -> tuple[Dialect, Route, re.Match[str]] | None:
+def find(method: str, path: str, query: str = "") -> tuple[Dialect, Route, re.Match[str]] | None:
     """The dialect and route that answer ``path``; ``None`` when no dialect has the path.
 
-    A route whose method is ``method`` wins (``HEAD`` counts as ``GET``); failing
-    that, the first route with the path is returned and the caller answers 405
+    With a ``query`` (the target's part after ``?``), a route is first matched
+    against ``path?query`` (Gemini's routes read ``alt=sse`` from it), then
+    against the path alone (the others' patterns stop at the path: Claude
+    Code's ``/v1/messages?beta=true`` is ``/v1/messages``). A route whose method
+    is ``method`` wins (``HEAD`` counts as ``GET``); failing that, the first
+    route with the path is returned and the caller answers 405
     (:func:`allowed_methods` says what to allow).
     """
+    targets = (f"{path}?{query}", path) if query else (path,)
     fallback = None
     for d in dialects():
         for r in d.routes:
-            m = r.match(method, path)
+            for target in targets:
+                m = r.match(method, target)
+                if m is not None:
+                    break
             if m is not None:
                 if r.allows(method):
                     return d, r, m
                 fallback = fallback or (d, r, m)
     return fallback
+
+
+def query_of(target: bytes) -> str:
+    """The query of a request target (after ``?``; ``""`` when none)."""
+    _, _, query = target.partition(b"?")
+    return query.decode("latin-1")
 
 
 def served_apis() -> str:
