@@ -49,6 +49,7 @@ def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, cli,
         agent = ep.meta["agent"]
         assert ep.outcome.value == "success", (ep.task, ep.error, agent.get("output"))
         assert agent["exit"] == 0 and agent["cli"] == cli, agent
+        assert not agent.get("unanswered_calls"), agent  # it called no API the gateway lacks
         # Every agent turn is recorded, with the CLI's own prompt and tools: the script in
         # its shell tool, then (its output sent back) the plain reply that ends its run.
         assert agent["calls"] == len(ep.turns) == 2, agent
