@@ -215,12 +215,14 @@ class DockerImage:
     notes: tuple[str, ...] = ()
     built: bool = False
     log: Path | None = None
+    #: Its last stage is an imported base: it has :data:`BUILD_CA` for builds over it.
+    build_ca: bool = False
 
 
-def rewrite_froms(text: str, where: str,
-                  progress: Progress | None = None) -> tuple[str, list[str], tuple[str, ...]]:
+def rewrite_froms(text: str, where: str, progress: Progress | None = None
+                  ) -> tuple[str, list[str], tuple[str, ...], bool]:
     """``text`` with each ``FROM`` the daemon lacks replaced by its imported base; the tags it
-    builds on and the notes of the mapped bases.
+    builds on, the notes of the mapped bases, and whether the last stage is one of them.
 
     A mapped stage also declares the build arguments that point its ``RUN`` steps at the
     proxy's CA bundle (:data:`BUILD_CA`).
@@ -230,6 +232,7 @@ def rewrite_froms(text: str, where: str,
     notes: list[str] = []
     stages: set[str] = set()
     meta: dict[str, str] = {}  # ARGs before the first FROM, which FROM lines may use
+    last_mapped = False
     for lineno, line in enumerate(_without_heredocs(text).split("\n"), 1):
         m = _FROM.match(line)
         arg = _ARG.match(line)
@@ -243,6 +246,7 @@ def rewrite_froms(text: str, where: str,
         alias = re.search(r"\bas\s+(\S+)", rest, re.I)
         if alias:
             stages.add(alias.group(1).lower())
+        last_mapped = False
         if image.lower() == "scratch" or image.lower() in stages or "$" in image:
             out.append(line)
             continue
@@ -250,6 +254,7 @@ def rewrite_froms(text: str, where: str,
             bases.append(image)
             out.append(line)
             continue
+        last_mapped = True
         try:
             spec = resolve_base(image)
         except UnmappedBase as e:
@@ -261,7 +266,7 @@ def rewrite_froms(text: str, where: str,
             notes.append(spec.note)
         out.append(f"{head}{flags}{tag}{rest}")
         out += [f"ARG {name}" for name in (*CA_ENV_VARS, "PIP_DEFAULT_TIMEOUT")]
-    return "\n".join(out), bases, tuple(dict.fromkeys(notes))
+    return "\n".join(out), bases, tuple(dict.fromkeys(notes)), last_mapped
 
 
 def _expand(word: str, meta: Mapping[str, str]) -> str:
@@ -318,9 +323,9 @@ def registry_network(image: str) -> Iterator[tuple[str, BuildNetwork]]:
         docker("rm", "-f", name, check=False)
 
 
-def _build_args(net: BuildNetwork, ca: bool) -> list[str]:
-    env = net.env(ca_path=BUILD_CA) if ca else {
-        k: v for k, v in net.env().items() if k not in CA_ENV_VARS}
+def _build_args(net: BuildNetwork) -> list[str]:
+    # Only the stages over an imported base declare the CA's (see rewrite_froms)
+    env = net.env(ca_path=BUILD_CA) if _ca_bytes() else net.env()
     return [a for k, v in env.items() for a in ("--build-arg", f"{k}={v}")]
 
 
@@ -332,7 +337,7 @@ def _docker_build(tag: str, dockerfile_text: str, context: Path, holder_image: s
     try:
         with registry_network(holder_image) as (holder, net):
             proc = docker("build", "--network", f"container:{holder}", "--force-rm",
-                          *_build_args(net, ca=bool(_ca_bytes())), "-t", tag, "-f", f.name,
+                          *_build_args(net), "-t", tag, "-f", f.name,
                           str(context), timeout=BUILD_TIMEOUT_S, check=False, where=where)
             denied = net.denied
     finally:
@@ -353,7 +358,8 @@ def build_task_image(dockerfile: Path, context: Path, *,
     :class:`BuildError` when the build fails (its output's tail, the log's path).
     """
     where = str(dockerfile)
-    text, bases, notes = rewrite_froms(dockerfile.read_text(errors="replace"), where, progress)
+    text, bases, notes, ca = rewrite_froms(dockerfile.read_text(errors="replace"), where,
+                                           progress)
     if not bases:
         raise Unbuildable("the Dockerfile has no base image the Docker daemon can build on",
                           where, "start it FROM an image (not scratch or a variable)")
@@ -361,21 +367,21 @@ def build_task_image(dockerfile: Path, context: Path, *,
     tag = f"tackroom-task:{key}"
     log = images_dir() / f"docker-task-{key}" / "build.log"
     if has_image(tag):
-        return DockerImage(tag, notes, False, log)
+        return DockerImage(tag, notes, False, log, ca)
     with locked(images_dir() / f"docker-task-{key}.lock"):
         if has_image(tag):
-            return DockerImage(tag, notes, False, log)
+            return DockerImage(tag, notes, False, log, ca)
         started = time.monotonic()
         if progress:
             progress("docker build")
         _docker_build(tag, text, context, bases[0], log, where)
         _log_build("task", tag, started)
-    return DockerImage(tag, notes, True, log)
+    return DockerImage(tag, notes, True, log, ca)
 
 
 # -- the tests' installs ----------------------------------------------------------------------
 
-def tests_layer(image: str, script: str, tests: Path, *, workdir: str,
+def tests_layer(image: DockerImage, script: str, tests: Path, *, workdir: str,
                 env: Mapping[str, str], progress: Progress | None = None) -> Path | None:
     """A tar of what ``script`` (the tests' hoisted installs) adds to ``image``, built once.
 
@@ -385,7 +391,8 @@ def tests_layer(image: str, script: str, tests: Path, *, workdir: str,
     """
     if not script.strip():
         return None
-    image_id = docker("image", "inspect", "--format", "{{.Id}}", image).stdout.decode().strip()
+    image_id = docker("image", "inspect", "--format", "{{.Id}}",
+                      image.tag).stdout.decode().strip()
     key = _digest("tests", image_id, script, dict(env), workdir, context_digest(tests))
     entry = images_dir() / f"docker-tests-{key}"
     layer = entry / "layer.tar"
@@ -404,11 +411,12 @@ def tests_layer(image: str, script: str, tests: Path, *, workdir: str,
             (ctx / "install.sh").write_text(script)
             exports = " ".join(f"{k}={_sh(v)}" for k, v in env.items())
             text = "\n".join([
-                f"FROM {image}", "COPY tests /tests", "COPY install.sh /tmp/tackroom-install.sh",
-                *(f"ARG {name}" for name in (*CA_ENV_VARS, "PIP_DEFAULT_TIMEOUT")),
+                f"FROM {image.tag}", "COPY tests /tests",
+                "COPY install.sh /tmp/tackroom-install.sh", "ARG PIP_DEFAULT_TIMEOUT",
+                *(f"ARG {name}" for name in CA_ENV_VARS if image.build_ca),
                 f"RUN mkdir -p {_sh(workdir)} && cd {_sh(workdir)} && env {exports} "
                 "bash /tmp/tackroom-install.sh", ""])
-            _docker_build(tag, text, ctx, image, entry / "build.log", str(tests))
+            _docker_build(tag, text, ctx, image.tag, entry / "build.log", str(tests))
         try:
             _save_top_layer(tag, layer)
         finally:

@@ -170,7 +170,7 @@ class Container:
         network). Once per container."""
         if self._tests_done:
             return
-        layer = tests_layer(self.image.tag, script, tests, workdir=self.workdir, env=env)
+        layer = tests_layer(self.image, script, tests, workdir=self.workdir, env=env)
         if layer is not None:
             with open(layer, "rb") as f:
                 docker("cp", "-a", "-", f"{self.name}:/", input=f.read(), timeout=600,
