@@ -43,6 +43,7 @@ from tackroom.core.policy import Policy
 from tackroom.core.task import Environment, Expert, call_env
 from tackroom.gateway import ModelGateway, forward
 from tackroom.harness.agent import fill, fill_command
+from tackroom.images.agent_layer import AgentLayer, agent_layer
 
 #: The port forward.py listens on inside the sandbox (its own network namespace).
 SANDBOX_PORT = 4000
@@ -90,7 +91,14 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
                      gateways: Gateways) -> None:
     """Run one agent-harness episode into ``ep`` (its turns, outcome, ``meta["agent"]``)."""
     agent = spec.harness.agent
-    tool = await asyncio.to_thread(ensure_installed, agent)
+    # On a built environment the CLI runs on its own runtime, an agent layer mounted over the
+    # image (tackroom/images/agent_layer.py); elsewhere on this machine's, installed for it.
+    layer: AgentLayer | None = None
+    if getattr(env, "builds_image", False):
+        layer = await asyncio.to_thread(agent_layer, agent)
+        tool: Path | str = layer.tool
+    else:
+        tool = await asyncio.to_thread(ensure_installed, agent)
     obs = await call_env(env, env.reset, spec.seed)
     ep.instruction = obs.instruction
     route_policy = None
@@ -115,10 +123,13 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
                   "workdir": workdir, "home": HOME,
                   "turns": str(turns)}
         argv = fill_command(agent["command"], values, _task_files(obs))
-        ro_binds = {str(tool): str(tool)}
-        if (runtime := runtime_dir(tool)) is not None:  # e.g. a pyenv Python 3.12
-            ro_binds[runtime] = runtime
-        if sandboxed:  # the sandbox has its own network: relay its loopback to the socket
+        if layer is not None:
+            argv, ro_binds = layer.command(argv, gateway.unix_socket, _FORWARD, SANDBOX_PORT)
+        else:
+            ro_binds = {str(tool): str(tool)}
+            if (runtime := runtime_dir(Path(tool))) is not None:  # e.g. a pyenv Python 3.12
+                ro_binds[runtime] = runtime
+        if sandboxed and layer is None:  # its own network: relay its loopback to the socket
             socket = str(gateway.unix_socket)
             argv = ["python3", _FORWARD, "--port", str(SANDBOX_PORT), "--socket", socket,
                     "--", *argv]

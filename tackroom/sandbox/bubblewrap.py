@@ -442,14 +442,16 @@ class BubblewrapSandbox(ProcessSandbox):
 
 def run_agent(action: RunAgent, workdir: Path, limits: Limits, *, cwd: str = TASK_PATH,
               binds: Mapping[str, Path] = {}, unsafe_local: bool = False,  # noqa: B006
-              env: Mapping[str, str] | None = None) -> CommandResult:
+              env: Mapping[str, str] | None = None, root: Path | None = None,
+              netns: int | None = None) -> CommandResult:
     """Run an agent program (:class:`~tackroom.core.actions.RunAgent`) over ``workdir``.
 
     A sandbox of its own, with the task's disk limit and the program's time,
     memory and process limits (agent CLIs need more than one shell command),
     the program's read-only mounts, and a fresh home holding its config files
     (removed afterwards: nothing of it reaches the task's files). ``cwd`` is
-    where the program starts (a terminal task's working directory).
+    where the program starts (a terminal task's working directory). ``root`` and
+    ``netns``: run on a built environment's tree (see :class:`BubblewrapSandbox`).
     """
     home = Path(tempfile.mkdtemp(prefix="tackroom-agent-home-"))
     try:
@@ -462,7 +464,8 @@ def run_agent(action: RunAgent, workdir: Path, limits: Limits, *, cwd: str = TAS
                      episode_wall_s=action.timeout_s)
         with BubblewrapSandbox(workdir, lim, unsafe_local=unsafe_local,
                      binds={**binds, action.home: home},
-                     ro_binds={k: Path(v) for k, v in action.ro_binds.items()}) as box:
+                     ro_binds={k: Path(v) for k, v in action.ro_binds.items()},
+                     root=root, cwd=cwd, netns=netns) as box:
             where = box.path(cwd)
             command = f"cd {shlex.quote(where)} && exec {shlex.join(action.argv)}"
             return box.run(command, timeout_s=action.timeout_s,

@@ -39,7 +39,7 @@ from tackroom.core.observation import Observation
 from tackroom.core.task import StepResult, Task
 from tackroom.images.build import resolve_inside
 from tackroom.images.egress import loopback_namespace
-from tackroom.images.overlay import EpisodeRoot
+from tackroom.images.overlay import EpisodeRoot, bind, unmount
 from tackroom.sandbox import (
     DEFAULT,
     BubblewrapSandbox,
@@ -103,6 +103,12 @@ class TerminalEnv:
         td = self.td
         return Limits(wall_s=td.command_timeout_s, memory_mb=td.memory_mb, disk_mb=td.disk_mb,
                       episode_wall_s=td.agent_timeout_s)
+
+    @property
+    def builds_image(self) -> bool:
+        """Whether episodes run on an environment built here from the task's Dockerfile
+        (an agent CLI then runs on an agent layer over it, not on this machine's system)."""
+        return bool(self.td.builds) and not self.provider.runs_images
 
     @property
     def workdir(self) -> Path:
@@ -240,17 +246,36 @@ class TerminalEnv:
     def _run_agent(self, action: RunAgent) -> StepResult:
         """An agent CLI in a sandbox of its own over the task directory, then this one again."""
         assert self.sandbox is not None
-        if self.root is not None or self.container is not None:
-            # The CLIs are installed for this machine's system (its Python, its Node), which a
-            # built environment does not have.
-            raise InfraError("agent CLIs do not run on tasks with a built environment yet",
-                             str(self.td.path), "use a built-in harness for this task")
+        if self.container is not None:
+            raise InfraError("agent CLIs do not run in a Docker container yet",
+                             str(self.td.path), "run the task with --sandbox bubblewrap")
         self.sandbox.close()
         timeout = max(1.0, min(action.timeout_s, self._left()))
-        mounts = {self.td.workdir: self.workdir} if self.td.workdir != "/task" else {}
-        res = run_agent(replace(action, timeout_s=timeout), self.workdir, self.limits,
-                        cwd=self.td.workdir, binds=mounts, unsafe_local=self.unsafe_local,
-                        env=self._env())
+        if self.root is not None:
+            # On the image's tree, the CLI's own runtime mounted over it (an agent layer,
+            # tackroom/images/agent_layer.py). Mounted here, by this process: the sandbox's
+            # uid cannot reach the cache. The mount points are made in the episode's tree and
+            # removed afterwards: the verifier never sees them.
+            made = _missing_tops(self.root.path, [*action.ro_binds, action.home])
+            mounted: list[Path] = []
+            try:
+                for inside, host in action.ro_binds.items():
+                    target = resolve_inside(self.root.path, inside)
+                    bind(Path(host), target, read_only=True)
+                    mounted.append(target)
+                res = run_agent(replace(action, ro_binds={}, timeout_s=timeout), self.workdir,
+                                self.limits, cwd=self.td.workdir, env=self._env(),
+                                root=self.root.path, netns=self.netns)
+            finally:
+                for target in reversed(mounted):
+                    unmount(target)
+                for path in made:
+                    shutil.rmtree(path, ignore_errors=True)
+        else:
+            mounts = {self.td.workdir: self.workdir} if self.td.workdir != "/task" else {}
+            res = run_agent(replace(action, timeout_s=timeout), self.workdir, self.limits,
+                            cwd=self.td.workdir, binds=mounts, unsafe_local=self.unsafe_local,
+                            env=self._env())
         self.sandbox = self._sandbox(self.limits)
         return StepResult(self._obs(res.output(OUTPUT_LIMIT)), 0.0, False,
                           info={"agent": res.record(VERIFIER_OUTPUT_LIMIT)})
@@ -441,6 +466,19 @@ class TerminalEnv:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+def _missing_tops(root: Path, paths: list[str]) -> list[Path]:
+    """For each sandbox path, the topmost directory of it that ``root`` lacks (host paths)."""
+    tops: list[Path] = []
+    for inside in paths:
+        parts = [p for p in inside.split("/") if p]
+        for i in range(1, len(parts) + 1):
+            host = resolve_inside(root, "/" + "/".join(parts[:i]))
+            if not host.exists() and not host.is_symlink():
+                tops.append(host)
+                break
+    return sorted(set(tops))
 
 
 def _some_files(root: Path, limit: int) -> list[str]:
