@@ -158,3 +158,29 @@ def test_the_provider_says_why_it_cannot_run_in_one_line(monkeypatch):
     finally:
         monkeypatch.undo()
         daemon.daemon_unavailable.cache_clear()
+
+
+def test_a_prebuilt_docker_image_is_run_when_the_daemon_has_it(docker_daemon, tmp_path):
+    marked = tmp_path / "marked"
+    marked.mkdir()
+    (marked / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN echo prebuilt > /marker\n")
+    built = build_task_image(marked / "Dockerfile", marked)
+    name = f"example.org/tackroom-prebuilt-probe:{built.tag.rsplit(':', 1)[1]}"
+    subprocess.run(["docker", "tag", built.tag, name], check=True)
+    task = _task(tmp_path, "FROM debian:bookworm-slim\nWORKDIR /app\n",
+                 "#!/bin/bash\n[ -f /marker ] && r=1 || r=0\necho $r > /logs/verifier/reward.txt\n",
+                 f'[environment]\ndocker_image = "{name}"\n')
+    td = load_task(task)
+    env = TerminalEnv(Task(td.id, "terminal", frozenset({"shell", "submit"})), td,
+                      sandbox="docker")
+    try:
+        env.reset(0)
+        assert "prebuilt\n" in env.step(Shell("cat /marker")).observation.text
+        assert env.step(Submit()).reward == 1.0
+    finally:
+        env.close()
+        subprocess.run(["docker", "rmi", name], capture_output=True)
+    # Without Docker the task says why it cannot run.
+    p = run_cli("tasks", "import", str(task), cwd=tmp_path,
+                env_extra={"TACKROOM_TASKS": str(tmp_path / "store"), "COLUMNS": "300"})
+    assert "prebuilt image" in p.stdout and "--sandbox docker" in p.stdout, p.stdout

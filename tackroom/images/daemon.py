@@ -330,7 +330,7 @@ def _build_args(net: BuildNetwork) -> list[str]:
 
 
 def _docker_build(tag: str, dockerfile_text: str, context: Path, holder_image: str,
-                  log: Path, where: str) -> None:
+                  log: Path, where: str, timeout_s: float = BUILD_TIMEOUT_S) -> None:
     """``docker build`` through the registries-only network; :class:`BuildError` if it fails."""
     with tempfile.NamedTemporaryFile("w", suffix=".Dockerfile", delete=False) as f:
         f.write(dockerfile_text)
@@ -338,7 +338,7 @@ def _docker_build(tag: str, dockerfile_text: str, context: Path, holder_image: s
         with registry_network(holder_image) as (holder, net):
             proc = docker("build", "--network", f"container:{holder}", "--force-rm",
                           *_build_args(net), "-t", tag, "-f", f.name,
-                          str(context), timeout=BUILD_TIMEOUT_S, check=False, where=where)
+                          str(context), timeout=timeout_s, check=False, where=where)
             denied = net.denied
     finally:
         os.unlink(f.name)
@@ -350,9 +350,10 @@ def _docker_build(tag: str, dockerfile_text: str, context: Path, holder_image: s
                          f"{_tail(proc.stdout + proc.stderr)}", where, f"the whole log: {log}")
 
 
-def build_task_image(dockerfile: Path, context: Path, *,
-                     progress: Progress | None = None) -> DockerImage:
-    """The task's image in the daemon, built by ``docker build`` unless its tag is there.
+def build_task_image(dockerfile: Path, context: Path, *, progress: Progress | None = None,
+                     timeout_s: float = BUILD_TIMEOUT_S) -> DockerImage:
+    """The task's image in the daemon, built by ``docker build`` unless its tag is there
+    (within ``timeout_s``: ``task.toml``'s ``build_timeout_sec``).
 
     Raises :class:`Unbuildable` for a base image the daemon lacks and nothing stands in for,
     :class:`BuildError` when the build fails (its output's tail, the log's path).
@@ -374,7 +375,7 @@ def build_task_image(dockerfile: Path, context: Path, *,
         started = time.monotonic()
         if progress:
             progress("docker build")
-        _docker_build(tag, text, context, bases[0], log, where)
+        _docker_build(tag, text, context, bases[0], log, where, timeout_s)
         _log_build("task", tag, started)
     return DockerImage(tag, notes, True, log, ca)
 

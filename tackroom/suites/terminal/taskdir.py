@@ -270,9 +270,10 @@ def check_supported(td: TaskDir, *, docker: bool = False) -> str | None:
         return ("its docker-compose.yaml starts services, which run only on an environment "
                 "built from its Dockerfile")
     df = root / "environment" / "Dockerfile"
-    if td.docker_image:
+    if td.docker_image and not (docker and td.dockerfile is not None):
         return (f"task.toml runs the prebuilt image {td.docker_image}; tackroom builds "
-                "environments from the task's Dockerfile only")
+                "environments from the task's Dockerfile (with --sandbox docker it runs the "
+                "prebuilt image when the daemon has it)")
     if docker:
         return None
     if td.builds:
