@@ -61,6 +61,7 @@ from tackroom.suites.terminal.verdict import (
     Verdict,
     not_found,
     not_found_env,
+    read_ctrf,
     read_reward,
 )
 
@@ -316,8 +317,10 @@ class TerminalEnv:
                              str(self.td.path / "tests" / "test.sh"),
                              "give the task's environment what tests/test.sh runs (its "
                              "Dockerfile's packages), or check it with `tackroom tasks import`")
-        info = {"verifier": {"exit": res.exit_code, "output": output,
-                             "timed_out": res.timed_out}}
+        info: dict[str, Any] = {"verifier": {"exit": res.exit_code, "output": output,
+                                             "timed_out": res.timed_out}}
+        if verdict.ctrf is not None:  # the test-by-test report Harbor's verifiers write
+            info["verifier"]["ctrf"] = verdict.ctrf
         text = f"Tests finished: reward {reward:g}.\n"
         return StepResult(self._obs(text), reward, not truncated, truncated, reward >= 1.0, info)
 
@@ -358,7 +361,7 @@ class TerminalEnv:
         missing = not_found(logs, res)
         reward = 0.0 if missing else read_reward(logs / "verifier",
                                                  str(self.td.path / "tests" / "test.sh"))
-        return Verdict(reward, res, missing)
+        return Verdict(reward, res, missing, read_ctrf(logs / "verifier"))
 
     def _start_services(self, services: tuple[Service, ...]) -> None:
         """Start the task's services (programs of its image) and wait for their ports.

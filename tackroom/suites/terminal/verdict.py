@@ -40,11 +40,14 @@ class Verdict:
         reward: what it wrote (a finite number; see :func:`read_reward`).
         result: how the script ran (exit code, output).
         missing: what it could not run at all (``"pytest not found"``), or ``None``.
+        ctrf: its CTRF report (``/logs/verifier/ctrf.json``) as kept with the episode
+            (:func:`read_ctrf`), or ``None``.
     """
 
     reward: float
     result: CommandResult
     missing: str | None
+    ctrf: dict[str, object] | None = None
 
 
 def not_found_env(log: str) -> dict[str, str]:
@@ -94,6 +97,31 @@ def missing_command(exit_code: int | None, output: str) -> str | None:
     if exit_code == 126 and "cannot execute" in output and "/" not in output.split(":")[0]:
         return "cannot execute"
     return None
+
+
+#: Tests of a CTRF report kept with an episode (each its name and status).
+CTRF_TESTS_KEPT = 200
+
+
+def read_ctrf(verifier: Path) -> dict[str, object] | None:
+    """The verifier's CTRF report (``ctrf.json``, as ``pytest --ctrf`` writes it in Harbor's
+    tasks), as an episode keeps it: its summary's counts and each test's name and status (at
+    most :data:`CTRF_TESTS_KEPT`). ``None`` when there is none or it is not CTRF."""
+    try:
+        data = json.loads((verifier / "ctrf.json").read_text(errors="replace"))
+    except (OSError, ValueError):
+        return None
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, dict):
+        return None
+    summary = results.get("summary")
+    tests = results.get("tests")
+    counts = {str(k): v for k, v in (summary.items() if isinstance(summary, dict) else ())
+              if isinstance(v, int) and not isinstance(v, bool)}
+    rows = [{"name": str(t.get("name", ""))[:300], "status": str(t.get("status", ""))[:40]}
+            for t in (tests if isinstance(tests, list) else [])[:CTRF_TESTS_KEPT]
+            if isinstance(t, dict)]
+    return {"summary": counts, "tests": rows}
 
 
 def read_reward(verifier: Path, where: str) -> float:
