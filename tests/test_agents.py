@@ -108,7 +108,8 @@ def test_aider_cannot_express_a_task_that_needs_a_shell():
     assert [c.harness.name for c in plan.grid.cells] == ["openhands"]
 
 
-@pytest.mark.parametrize("harness", ["mini-swe-agent", "codex", "opencode"])
+@pytest.mark.parametrize("harness", ["mini-swe-agent", "codex", "opencode", "claude-code",
+                                     "gemini-cli"])
 def test_an_agent_cli_reaches_only_the_gateway(tmp_path, harness):
     """The reference solution of this task is a probe run *by the CLI*; the tests pass
     only if the probe reached nothing: not the host's loopback, not the internet."""
