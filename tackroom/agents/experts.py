@@ -112,8 +112,23 @@ class AgentExpert:
         return bash_script(actions)
 
     async def act(self, request: PolicyRequest) -> PolicyResponse:
+        if self.uses_tools and not request.tools:  # a side call the gateway did not tell
+            return self.side_reply(request, "side")
         self.calls += 1
         return self.reply(request, self.script if self.calls == 1 else self.submit)
+
+    #: Whether this format answers by calling one of the CLI's tools: a call that offers
+    #: none (a session title, a summary) is then a side call, not a step of the script.
+    uses_tools = False
+
+    def side_reply(self, request: PolicyRequest, label: str | None) -> PolicyResponse:
+        """A side call's neutral answer (a short title, a one-line summary): the script is
+        not consumed, so the agent turns still get it whole (see tackroom.gateway.calls)."""
+        asked = " ".join(str(m.get("content")) for m in request.messages
+                         if isinstance(m, dict) and m.get("role") == "system").lower()
+        title = label == "title" or "title" in asked  # told, or a call the gateway could not
+        return PolicyResponse(text="Solving the task" if title else "Working on the task.",
+                              model="expert")
 
     def reply(self, request: PolicyRequest, command: str) -> PolicyResponse:
         """This call's answer: ``command`` (the script, then the submit command) in the
@@ -130,6 +145,7 @@ class ShellToolExpert(AgentExpert):
 
     #: A script of several lines goes as one ``bash -c`` command line.
     one_line = True
+    uses_tools = True
 
     def reply(self, request: PolicyRequest, command: str) -> PolicyResponse:
         tool = shell_tool(request.tools or [])
@@ -159,6 +175,8 @@ class ShellScriptExpert(ShellToolExpert):
 class ExecCommandExpert(AgentExpert):
     """Calls Codex's ``exec_command`` tool (the tool whose parameters hold a ``cmd`` string)
     with the script, waiting up to the 30 s it allows for the script's output."""
+
+    uses_tools = True
 
     def reply(self, request: PolicyRequest, command: str) -> PolicyResponse:
         tool = shell_tool(request.tools or [], param="cmd")

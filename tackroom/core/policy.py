@@ -49,6 +49,8 @@ class PolicyResponse:
     ``notes`` say what the backend could not take as the server sent it (usage
     counts that are not counts, log-probs that are not finite): that value is
     recorded as missing (``0`` / ``None``) and the note kept with the turn.
+    ``prompt_token_ids`` are the prompt's token ids as the backend tokenised it,
+    when it returns them (``tackroom serve``, vLLM's ``return_token_ids``).
     """
 
     text: str | None = None
@@ -61,6 +63,7 @@ class PolicyResponse:
     adapter: str | None = None
     finish_reason: str = "stop"
     notes: list[str] = field(default_factory=list)
+    prompt_token_ids: list[int] | None = None
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any
 
 from tackroom.core.episode import Turn
 from tackroom.core.policy import Sampling
+from tackroom.gateway.calls import CallClassifier
 from tackroom.wire import ApiError
 
 __all__ = ["BUDGET_STATUS", "DEFAULT_MODEL_NAME", "BudgetExhausted", "Route", "digest"]
@@ -71,13 +72,27 @@ class Route:
     max_turns: int | None = None
     #: Calls refused because ``max_turns`` were used (the CLI asked for more).
     refused: int = 0
-    #: Calls being answered now (they count against ``max_turns`` while in flight).
+    #: Agent turns being answered now (they count against ``max_turns`` while in flight).
     pending: int = field(default=0, repr=False)
+    #: Tells agent turns from side calls and threads (:mod:`tackroom.gateway.calls`).
+    calls: CallClassifier = field(default_factory=CallClassifier, repr=False)
+
+    @property
+    def agent_turns(self) -> int:
+        """Agent turns answered (side calls — ``Turn.side`` set — are not counted)."""
+        return sum(1 for t in self.turns if t.side is None)
 
     @property
     def exhausted(self) -> bool:
-        """Whether the turn budget is used up: ``max_turns`` calls answered or in flight."""
-        return self.max_turns is not None and len(self.turns) + self.pending >= self.max_turns
+        """Whether the turn budget is used up: ``max_turns`` agent turns answered or in flight
+        (side calls never count against it)."""
+        return self.max_turns is not None and self.agent_turns + self.pending >= self.max_turns
+
+    def relabel(self, threads: dict[int, str]) -> None:
+        """The turns of ``threads`` turned out to be side calls: label them so."""
+        for t in self.turns:
+            if t.thread in threads and t.side is None:
+                t.side = threads[t.thread]
 
     @property
     def root_url(self) -> str:

@@ -108,6 +108,7 @@ from tackroom.core.errors import (
     TackroomError,
 )
 from tackroom.core.policy import Policy, PolicyRequest, PolicyResponse, Sampling
+from tackroom.gateway.calls import CallClassifier, SideCallRule
 from tackroom.gateway.routes import (
     BUDGET_STATUS,
     DEFAULT_MODEL_NAME,
@@ -267,11 +268,14 @@ class ModelGateway:
 
     # ---------------------------------------------------------------- routes
     def open_episode(self, sampling: Sampling, *, label: str = "",
-                     policy: Policy | None = None, max_turns: int | None = None) -> Route:
+                     policy: Policy | None = None, max_turns: int | None = None,
+                     side_calls: tuple[SideCallRule, ...] = ()) -> Route:
         """A new route: its token and base URL go to the CLI, its turns fill as it calls.
 
         ``policy`` answers this route's calls instead of the gateway's own;
-        ``max_turns`` caps the calls it answers (later ones are refused).
+        ``max_turns`` caps the agent turns it answers (later ones are refused);
+        ``side_calls`` are the harness's hints for telling side calls
+        (:func:`tackroom.gateway.calls.read_rules`).
         """
         if max_turns is not None and (isinstance(max_turns, bool) or int(max_turns) < 1):
             raise ConfigError(f"max_turns = {max_turns!r}", "gateway",
@@ -279,7 +283,8 @@ class ModelGateway:
         token = secrets.token_urlsafe(32)
         route = Route(token=token, base_url=self.base_url, sampling=sampling, label=label,
                       model=self.model_name, policy=policy,
-                      max_turns=None if max_turns is None else int(max_turns))
+                      max_turns=None if max_turns is None else int(max_turns),
+                      calls=CallClassifier(side_calls))
         self._routes[digest(token)] = route
         return route
 
@@ -416,27 +421,35 @@ class ModelGateway:
         call = parse_chat(dialect.to_chat(body, match))
         if dialect.name != "chat":
             call.requested["dialect"] = dialect.name
-        if route.exhausted:
+        kind = route.calls.classify(call.messages, call.tools,
+                                    str(call.requested.get("model") or ""))
+        route.relabel(kind.relabel)
+        if kind.side is None and route.exhausted:  # side calls are outside the budget
             route.refused += 1
             raise BudgetExhausted(route.max_turns or 0)
         request = PolicyRequest(messages=call.messages, tools=call.tools,
                                 sampling=route.sampling)
+        # A scripted expert answers agent turns only: a side call gets its neutral answer.
+        side_reply = getattr(route.policy, "side_reply", None) if kind.side else None
         t0 = time.perf_counter()
-        route.pending += 1
+        agent_turn = int(kind.side is None)
+        route.pending += agent_turn
         try:
-            response = await (route.policy or self.policy).act(request)
+            response = side_reply(request, kind.side) if side_reply is not None \
+                else await (route.policy or self.policy).act(request)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - a backend failure is the backend's, not ours
             raise self._failed(route, call, e, time.perf_counter() - t0) from None
         finally:
-            route.pending -= 1
+            route.pending -= agent_turn
         t_policy = time.perf_counter() - t0
         if route.closed:
             raise ApiError(401, "this episode's route was closed while the model answered",
                            code="invalid_api_key")
         reply = from_response(response, logprobs=call.logprobs)
         self._record_turn(route, call, response, reply, t_policy)
+        route.turns[-1].side, route.turns[-1].thread = kind.side, kind.thread
         shape = Shape(self.model_name, include_usage=call.include_usage,
                       token_ids=call.logprobs or call.token_ids)
         if call.stream:
@@ -454,6 +467,7 @@ class ModelGateway:
             prompt_tokens=int(response.prompt_tokens),
             completion_tokens=int(response.completion_tokens),
             token_ids=response.token_ids, logprobs=response.logprobs,
+            prompt_token_ids=response.prompt_token_ids,
             adapter=response.adapter, t_policy=t_policy))
         route.requested.append(call.requested)
         route.tools.append(call.tools)

@@ -60,6 +60,10 @@ AGENT_DEFAULTS: dict[str, Any] = {
     "processes": 256,
     "can": [],  # what the CLI can do to a task (default: CAPABILITIES; OPT_IN if named)
 }
+#: Keys with no default, in the slot (and its hash) only when given: ``side_calls``, the
+#: harness's hints for telling a CLI's side calls (tackroom.gateway.calls.read_rules: a
+#: list of tables ``{label, system?, user?, model?}``, checked when an episode starts).
+OPTIONAL_AGENT_KEYS = frozenset({"side_calls"})
 #: What an agent CLI in a sandbox can do to a task: run commands and change files (no
 #: browser: a web task cannot be expressed by one).
 CAPABILITIES = frozenset({"shell", "submit", "edit", "write_file", "edit_lines", "view_file"})
@@ -81,11 +85,17 @@ def check_agent(raw: Any, where: str) -> dict[str, Any]:
     w = f"{where} [agent]"
     if not isinstance(raw, dict):
         raise HarnessError("[agent] must be a table", w)
-    bad = set(raw) - set(AGENT_DEFAULTS)
+    bad = set(raw) - set(AGENT_DEFAULTS) - OPTIONAL_AGENT_KEYS
     if bad:
         raise HarnessError(f"unknown key(s) {sorted(bad)} in [agent]", w,
-                           f"allowed: {', '.join(sorted(AGENT_DEFAULTS))}")
+                           f"allowed: {', '.join(sorted({*AGENT_DEFAULTS, *OPTIONAL_AGENT_KEYS}))}")
     a = {**AGENT_DEFAULTS, **raw}
+    hints = a.get("side_calls")
+    if hints is not None and not (isinstance(hints, list) and all(
+            isinstance(h, dict) and all(isinstance(v, str) for v in h.values()) for h in hints)):
+        raise HarnessError("side_calls must be an array of tables of strings",
+                           f"{w}.side_calls",
+                           'e.g. side_calls = [{ label = "title", system = "title generator" }]')
     for key in ("expert_submit", "expert_fence"):
         if not isinstance(a[key], str):
             raise HarnessError(f"{key} must be a string", f"{w}.{key}",

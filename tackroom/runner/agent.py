@@ -42,6 +42,7 @@ from tackroom.core.errors import ConfigError, InfraError
 from tackroom.core.policy import Policy
 from tackroom.core.task import Environment, Expert, call_env
 from tackroom.gateway import ModelGateway, forward
+from tackroom.gateway.calls import read_rules
 from tackroom.harness.agent import fill, fill_command
 from tackroom.images.agent_layer import AgentLayer, agent_layer
 
@@ -112,7 +113,9 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
     # The turn budget, enforced at the gateway whatever the CLI: the call past it is refused.
     turns = int(spec.harness.budget["turns"])
     route = gateway.open_episode(spec.sampling, label=ep.episode_id, policy=route_policy,
-                                 max_turns=turns)
+                                 max_turns=turns, side_calls=read_rules(
+                                     agent.get("side_calls"),
+                                     f"{spec.harness.name} [agent] side_calls"))
     try:
         sandboxed = not getattr(env, "unsafe_local", False)
         base_url = f"http://127.0.0.1:{SANDBOX_PORT}/v1" if sandboxed else gateway.base_url
@@ -149,7 +152,9 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
         ep.meta["agent"] = {**info, "cli": agent["cli"], "version": agent["version"],
                             "calls": len(route.turns), "startup_s": startup,
                             "backend_errors": route.errors, "refused_calls": route.refused,
-                            "unanswered_calls": route.unanswered}
+                            "unanswered_calls": route.unanswered,
+                            # Calls that were not agent turns: labelled turns, token counts.
+                            "agent_turns": route.agent_turns, "side_calls": route.side_calls}
         # The CLI's tools, which no harness file holds: training on these records needs them.
         distinct = {json.dumps(t, sort_keys=True) for t in route.tools}
         ep.meta["agent"]["tools"] = route.tools[0] if route.tools else None
@@ -175,6 +180,13 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
         raise InfraError(f"the {agent['cli']} CLI exited {info.get('exit')} before its first "
                          f"model call: {_tail(info.get('output', ''))}", spec.harness.name,
                          "check the harness's [agent] command and environment")
+    if any(e.get("status", 0) >= 500 and e.get("kind") in _CONFIG_ERRORS for e in route.errors):
+        # The harness's own setup failed the call (its expert format cannot answer this CLI):
+        # re-running it as it is would fail the same way, so no --resume here.
+        raise InfraError(f"the {agent['cli']} CLI's calls could not be answered: "
+                         f"{route.errors[-1].get('message', '')[:300]}", spec.harness.name,
+                         "fix the harness's [agent] table (its expert format, command or "
+                         "settings), then run it again")
     if any(e.get("status", 0) >= 500 for e in route.errors):
         raise InfraError(f"the model backend failed under {agent['cli']}: "
                          f"{route.errors[-1].get('message', '')[:300]}", spec.policy.id,
@@ -182,7 +194,7 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
     if info.get("timed_out"):
         ep.outcome, ep.error = Outcome.TIMEOUT, f"{agent['cli']} ran out of time"
         return
-    if route.refused or len(route.turns) >= turns:
+    if route.refused or route.agent_turns >= turns:
         # It used every call of its budget: the gateway refused it more, or the CLI's own
         # step limit (given as {turns}) stopped it. The verifier has run all the same.
         ep.outcome = Outcome.BUDGET_EXHAUSTED
@@ -192,6 +204,10 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
     ep.error = missing  # a call the gateway could not answer may be why, even after turns
     ep.failure_mode = final.info.get("failure_mode") or (
         "no_model_calls" if not route.turns else None)
+
+
+#: Error kinds (recorded per failed call) whose cause is the harness's configuration.
+_CONFIG_ERRORS = ("ConfigError", "HarnessError")
 
 
 def _task_files(obs: Any, limit: int = 200) -> list[str]:
