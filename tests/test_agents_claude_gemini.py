@@ -82,10 +82,13 @@ def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, cli,
         agent = ep.meta["agent"]
         assert ep.outcome.value == "success", (ep.task, ep.error, agent.get("output"))
         assert agent["exit"] == 0 and agent["cli"] == cli, agent
+        assert not agent.get("unanswered_calls"), agent  # it called no API the gateway lacks
         # Every agent turn is recorded, with the CLI's own prompt and tools: the script in
         # its shell tool, then (its output sent back) the plain reply that ends its run.
-        # Under -p neither CLI makes a side call (a title, a summary, a token count).
+        # Under -p neither CLI makes a side call (a title, a summary, a token count): both
+        # calls are agent turns of one thread, the second's history extending the first's.
         assert agent["calls"] == len(ep.turns) == 2, agent
+        assert [(t.side, t.thread) for t in ep.turns] == [(None, 0), (None, 0)]
         first, second = ep.turns
         assert first.messages[0]["role"] == "system"  # the CLI's own system prompt
         assert len(first.messages[0]["content"]) > 1000
