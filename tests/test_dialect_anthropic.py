@@ -249,6 +249,40 @@ async def test_a_call_no_dialect_answers_is_recorded_and_named():
     assert route.turns == []
 
 
+#: A "CLI" that calls an API no dialect has, then exits 1 as a confused CLI would.
+FOREIGN_CLI = (
+    "import os, urllib.request as u; "
+    "r = u.Request(os.environ['OPENAI_BASE_URL'] + '/foo', data=b'x'); "
+    "r.add_header('x-api-key', os.environ['OPENAI_API_KEY']); "
+    "r.add_header('User-Agent', 'fake-cli/1.0'); "
+    "exec('try: u.urlopen(r)\\nexcept Exception: pass'); "
+    "print('There is an issue with the selected model'); raise SystemExit(1)")
+
+
+@pytest.mark.slow
+def test_an_episode_whose_cli_needs_a_missing_api_names_it(tmp_path):
+    """The episode's error is the API the CLI called and no dialect answers, not its crash."""
+    from pathlib import Path
+
+    import tackroom
+
+    base = Path(tackroom.__file__).parent / "harness" / "agents" / "mini-swe-agent.toml"
+    text = base.read_text()
+    start = text.index("command = [")
+    end = text.index("]", text.index('"-o"', start)) + 1
+    harness = tmp_path / "foreign-api.toml"
+    harness.write_text((text[:start] + "command = " + json.dumps(
+        ["{tool}/bin/python", "-c", FOREIGN_CLI]) + text[end:]).replace(
+        'name = "mini-swe-agent"', 'name = "foreign-api"'))
+    run = tackroom.evaluate("terminal", tasks=["csv-column-sum"], harnesses=[str(harness)],
+                            policies=["expert"], seeds=[0], store=tmp_path / "r.duckdb")
+    [final] = run.final_episodes()
+    assert final["outcome"] == "infra_error"
+    assert ("the mini-swe-agent CLI called POST /v1/foo (User-Agent 'fake-cli/1.0'), which "
+            "no dialect of this gateway answers") in final["error"]
+    assert "selected model" not in final["error"]
+
+
 # ------------------------------------------------------------ tackroom serve
 KEY = "sk-anthropic-dialect-test"
 
