@@ -1,5 +1,5 @@
-"""Task environments built from Dockerfiles: build time per task, cold and cached, and the
-start of an episode on a built environment against a bare ``bwrap`` start.
+"""Task environments built from Dockerfiles: build time per task, cold and cached, the
+start of an episode on a built environment against a bare ``bwrap`` start, and agent layers.
 
 * **Build, cold**: every task of ``--tasks`` (default: the fixture tasks of
   ``tests/fixtures/real-tasks``, both layouts) built into an empty cache of its
@@ -12,11 +12,16 @@ start of an episode on a built environment against a bare ``bwrap`` start.
   system, ``Sandbox(...).run("true")``; (c) an episode on a built environment:
   the overlay over the image's layers, its user namespace, ``run("true")``,
   teardown. Target: (c) within 2× of (a).
+* **Agent layers**: for each CLI of ``--agents``, its agent layer
+  (``tackroom/images/agent_layer.py``: a Debian runtime and the CLI installed over it)
+  built cold in the same cache (the first CLI on a runtime pays for the runtime), then
+  looked up again (cached).
 
 Needs root, bubblewrap and mmdebstrap. Usage::
 
     .venv/bin/python bench/terminal_build.py [--n 30] [--tasks jq-count-items,tb-csv-total]
         [--cold-cache DIR]   # reuse DIR as the cold cache (default: a fresh temporary one)
+        [--agents mini-swe-agent,qwen-code]   # '' for none
 """
 
 from __future__ import annotations
@@ -61,11 +66,32 @@ def _build(td_path: Path) -> tuple[float, bool]:
     return time.perf_counter() - t0, ready.built
 
 
+def _agent_layers(names: list[str]) -> None:
+    """Each CLI's agent layer built cold, then found in the cache."""
+    from tackroom.harness.spec import load_harness
+    from tackroom.images.agent_layer import ensure_agent_layer
+
+    print(f"\n{'agent layer':<18} {'cold s':>8} {'cached s':>9} {'ratio':>7}")
+    for name in names:
+        agent = load_harness(name).agent
+        t0 = time.perf_counter()
+        layer = ensure_agent_layer(agent)
+        cold = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        again = ensure_agent_layer(agent)
+        warm = time.perf_counter() - t0
+        assert not again.built, "the second lookup must be a cache hit"
+        print(f"{name:<18} {cold:>8.2f} {warm:>9.4f} {cold / warm:>6.0f}×"
+              + ("" if layer.built else "  (already in the cache)"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=30, help="episode starts of each kind")
     ap.add_argument("--tasks", default="", help="comma-separated fixture task names")
     ap.add_argument("--cold-cache", default="", help="directory for the cold cache")
+    ap.add_argument("--agents", default="mini-swe-agent,qwen-code",
+                    help="comma-separated agent harnesses whose layers to build ('' for none)")
     args = ap.parse_args()
     if os.geteuid() != 0 or shutil.which("mmdebstrap") is None or shutil.which("bwrap") is None:
         raise SystemExit("needs root, bubblewrap and mmdebstrap; nothing to measure")
@@ -116,6 +142,9 @@ def main() -> None:
     print(f"  sandbox on the host system       {mb:7.1f}   {mb / ma:4.2f}× bare")
     print(f"  episode on a built environment   {mc:7.1f}   {mc / ma:4.2f}× bare "
           f"(target ≤ 2×: {'met' if mc <= 2 * ma else 'NOT met'})")
+    agents = [a for a in args.agents.split(",") if a]
+    if agents:
+        _agent_layers(agents)
     if not args.cold_cache:
         shutil.rmtree(cache, ignore_errors=True)
     shutil.rmtree(staged_root, ignore_errors=True)

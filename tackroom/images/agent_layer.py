@@ -32,7 +32,7 @@ Debian's) and uses the layer for its install only.
 The layer does not depend on the image it runs on (it carries its own loader
 and libraries), so one layer per CLI serves every image: its key covers the
 runtime's base and the CLI's install spec (a changed pin is a new layer).
-Layers are built once under a lock, counted finished only by a marker written
+The key also covers the build step's script. Layers are built once under a lock, counted finished only by a marker written
 last, and logged in ``builds.log`` (:func:`tackroom.images.build.build_count`).
 """
 
@@ -72,6 +72,8 @@ CLI_PATH = "/opt/tackroom/cli"
 #: Where the gateway relay's script and the gateway's socket directory are mounted.
 FORWARD_PATH = "/opt/tackroom/forward.py"
 GATEWAY_PATH = "/opt/tackroom/gateway"
+#: The Node.js a Node CLI runs on (the official build, as the npm package node-linux-*).
+NODE_VERSION = "20.20.2"
 #: Marks a finished agent layer; holds what it is.
 DONE = "agent.json"
 #: The runtimes: a Node CLI's (trixie: Node 20, as the CLIs need) and a Python CLI's.
@@ -152,8 +154,9 @@ def runtime_spec(agent: dict[str, Any]) -> BaseSpec:
 
 
 def layer_key(agent: dict[str, Any]) -> str:
-    """The agent layer's key: the runtime's base and the CLI's install spec."""
-    return _digest("agent", runtime_spec(agent).key, agent["cli"], agent["install"])
+    """The agent layer's key: the runtime's base, the CLI's install spec, the build step."""
+    return _digest("agent", runtime_spec(agent).key, agent["cli"], agent["install"],
+                   _script(agent))
 
 
 def ensure_agent_layer(agent: dict[str, Any], progress: Progress | None = None) -> AgentLayer:
@@ -250,15 +253,21 @@ def _script(agent: dict[str, Any]) -> str:
         lines.append("$C/bin/python -m pip install --no-input --disable-pip-version-check "
                      f"--no-warn-script-location {quoted}")
     else:
-        lines += [f"npm install --prefix $C --no-audit --no-fund --no-update-notifier "
-                  f"--loglevel=error {quoted}",
-                  "cp \"$(readlink -f /usr/bin/node)\" $C/bin/node"]
+        # Node.js's own build from the npm registry, not Debian's: Debian's loads some of
+        # its built-in modules from /usr/share/nodejs, which the image does not have.
+        lines += ["case $(uname -m) in aarch64) ARCH=arm64;; *) ARCH=x64;; esac",
+                  f"npm install --prefix $C --no-audit --no-fund --no-update-notifier "
+                  f"--loglevel=error {quoted} node-linux-$ARCH@{NODE_VERSION}",
+                  "cp $C/node_modules/node-linux-$ARCH/bin/node $C/bin/node"]
     lines += [
         # Every executable copy starts through the runtime's loader, its libraries first
         # (DT_RPATH, which dlopen'ed extension modules' dependencies use too).
         "for f in $C/bin/*; do",
         "  if [ -f \"$f\" ] && [ ! -L \"$f\" ] && head -c4 \"$f\" | grep -q ELF; then",
-        "    patchelf --set-interpreter \"$LD\" --force-rpath --set-rpath \"$RPATH\" \"$f\"",
+        # Two passes, the path first: both at once break a non-PIE executable (trixie's
+        # python3.13) with patchelf 0.18.
+        "    patchelf --force-rpath --set-rpath \"$RPATH\" \"$f\"",
+        "    patchelf --set-interpreter \"$LD\" \"$f\"",
         "  fi",
         "done",
         "$C/bin/python -c 'import asyncio, ssl, json'",

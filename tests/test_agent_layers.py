@@ -1,0 +1,139 @@
+"""Agent CLIs on environments built from real tasks' Dockerfiles, through agent layers.
+
+Two real-task fixtures are imported (built and checked: the untouched tests fail, the
+oracle passes): ``jq-count-items`` (``debian:bookworm-slim`` and jq: no Python, no Node)
+and ``hello-world`` (Terminal-Bench's Ubuntu 24.04 base, whose Python 3.13 no pip CLI
+here supports). Each shipped agent CLI then runs each task's oracle through its expert,
+on its agent layer (``tackroom/images/agent_layer.py``), built once into the shared
+cache ``$TACKROOM_CACHE/images`` and reused by every later run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import free_port
+
+import tackroom
+from tackroom.harness.spec import AGENTS_DIR, load_harness
+from tackroom.images.agent_layer import ensure_agent_layer
+from tackroom.images.build import build_count
+from tackroom.sandbox import sandbox_available
+from tackroom.suites.terminal import TerminalSuite
+from tackroom.suites.terminal.importer import import_tasks
+from tackroom.testing import ScriptedOpenAIServer
+
+pytestmark = [
+    pytest.mark.skipif(not sandbox_available() or os.geteuid() != 0
+                       or shutil.which("mmdebstrap") is None,
+                       reason="built task environments need root, bubblewrap and mmdebstrap "
+                              "(make setup installs them as root)"),
+    pytest.mark.slow]
+
+FIXTURES = Path(__file__).parent / "fixtures" / "real-tasks"
+TASKS = {"jq-count-items": "harbor", "hello-world": "terminal-bench"}
+#: Every shipped agent harness of the terminal suite (the robot's is the robot suite's).
+SHIPPED = sorted(p.stem for p in AGENTS_DIR.glob("*.toml") if not p.stem.startswith("robot-"))
+#: Aider only edits files: a task that needs a shell cannot be expressed through it.
+EDITS_ONLY = {"aider"}
+#: OpenHands needs Python 3.12, which no Debian release (so no agent runtime) has.
+NO_RUNTIME = {"openhands": "needs Python 3.12"}
+ON_BUILT = [h for h in SHIPPED if h not in EDITS_ONLY and h not in NO_RUNTIME]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """The two fixtures imported and checked: built, untouched tests failing, oracle passing."""
+    work = tmp_path_factory.mktemp("agent-layers")
+    for name, layout in TASKS.items():
+        shutil.copytree(FIXTURES / layout / name, work / "src" / name)
+    results = import_tasks(work / "src", work / "tasks")
+    assert [(r.id, r.imported, r.checked) for r in results] == \
+        [(name, True, True) for name in sorted(TASKS)], results
+    return work / "tasks"
+
+
+@pytest.fixture(scope="module")
+def layers() -> dict[str, object]:
+    """Each CLI's agent layer, built the first time on a machine (minutes each), one at a
+    time (builds are CPU-bound), then found in the cache."""
+    return {h: ensure_agent_layer(load_harness(h).agent) for h in ON_BUILT}
+
+
+@pytest.mark.parametrize("harness", ON_BUILT)
+def test_each_cli_runs_the_oracle_on_built_environments(tmp_path, store, layers, harness):
+    run = tackroom.evaluate(TerminalSuite(store=store), tasks=sorted(TASKS),
+                            harnesses=[harness], policies=["expert"], seeds=[0],
+                            store=tmp_path / "r.duckdb")
+    episodes = run.load_episodes()
+    assert sorted(ep.task.split("/")[-1] for ep in episodes) == sorted(TASKS)
+    for ep in episodes:
+        agent = ep.meta.get("agent") or {}
+        assert ep.outcome.value == "success", (ep.task, ep.error, agent.get("output", "")[-2000:])
+        assert agent["cli"] == harness and agent["calls"] == len(ep.turns) >= 1
+        # What the layer mounted is gone before the verifier ran: nothing of it is task output.
+        assert ep.meta["verifier"]["exit"] == 0
+
+
+def test_a_cli_no_runtime_fits_is_an_infra_error_saying_why(tmp_path, store):
+    run = tackroom.evaluate(TerminalSuite(store=store), tasks=["jq-count-items"],
+                            harnesses=["openhands"], policies=["expert"], seeds=[0],
+                            store=tmp_path / "r.duckdb")
+    [ep] = run.load_episodes()
+    assert ep.outcome.value == "infra_error"
+    assert NO_RUNTIME["openhands"] in ep.error and "\n" not in ep.error
+
+
+def test_a_second_run_builds_nothing_and_a_changed_pin_builds_one_layer(layers):
+    before = build_count()
+    again = {h: ensure_agent_layer(load_harness(h).agent) for h in ON_BUILT}
+    assert build_count() == before
+    assert {h: (a.key, a.built) for h, a in again.items()} == \
+        {h: (a.key, False) for h, a in layers.items()}
+    agent = load_harness("mini-swe-agent").agent
+    pinned = {**agent, "version": "2.4.5", "install": {"pip": ["mini-swe-agent==2.4.5"]}}
+    entry = None
+    try:
+        new = ensure_agent_layer(pinned)
+        entry = new.install.parent
+        assert new.built and new.key not in {a.key for a in layers.values()}
+        assert build_count() == before + 1
+        assert new.runtime == layers["mini-swe-agent"].runtime  # the runtime is shared
+    finally:
+        if entry is not None:  # so that the next run builds it again
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+@pytest.mark.parametrize("harness", ["mini-swe-agent", "qwen-code"])
+def test_a_cli_in_a_built_environment_reaches_only_the_gateway(tmp_path, layers, harness):
+    """The reference solution is a probe run by the CLI on an image without Python; the
+    tests pass only if it reached nothing: not the host's loopback, not the internet."""
+    d = tmp_path / "tasks" / "net-probe"
+    for sub in ("environment", "tests", "solution"):
+        (d / sub).mkdir(parents=True)
+    (d / "instruction.md").write_text("Report which hosts you can reach.\n")
+    (d / "task.toml").write_text('version = "1.0"\n')
+    (d / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
+    with ScriptedOpenAIServer() as host_server:
+        targets = [("127.0.0.1", host_server.port), ("127.0.0.1", free_port()),
+                   ("1.1.1.1", 443), ("10.0.0.1", 80)]
+        probes = "\n".join(
+            f"if timeout 3 bash -c 'exec 3<>/dev/tcp/{h}/{p}' 2>/dev/null; then "
+            f"echo REACHED {h}:{p}; else echo blocked {h}:{p}; fi >> probe.txt"
+            for h, p in targets)
+        (d / "solution" / "solve.sh").write_text(f"#!/bin/bash\ncd /app\n{probes}\n")
+        (d / "tests" / "test.sh").write_text(
+            "#!/bin/bash\ncd /app\nif [ -f probe.txt ] && ! grep -q REACHED probe.txt && "
+            "[ $(grep -c blocked probe.txt) = 4 ] && ! command -v python3; then "
+            "echo 1 > /logs/verifier/reward.txt; else cat probe.txt; "
+            "echo 0 > /logs/verifier/reward.txt; fi\n")
+        run = tackroom.evaluate(TerminalSuite(store=tmp_path / "tasks"), tasks=["net-probe"],
+                                harnesses=[harness], policies=["expert"], seeds=[0],
+                                store=tmp_path / "r.duckdb")
+        assert host_server.requests == []
+    [ep] = run.load_episodes()
+    assert ep.outcome.value == "success", (ep.error, ep.meta.get("verifier"))
+    assert len(ep.turns) == 2  # and the gateway it did reach recorded both calls
