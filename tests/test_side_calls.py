@@ -146,3 +146,27 @@ def test_a_side_call_is_never_a_step_of_a_tool_experts_script() -> None:
     out = asyncio.run(expert.act(PolicyRequest(messages=title["messages"], tools=None)))
     assert isinstance(out, PolicyResponse) and out.text and not out.tool_calls
     assert expert.calls == 0  # the script is still whole for the first agent turn
+
+
+def test_show_prints_the_cli_run_and_labels_side_calls(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    title, first = opencode("title"), opencode("first-turn")
+    ep = _episode([Turn(0, messages=title["messages"], raw_text="Solving the task",
+                        side="title"),
+                   Turn(1, messages=first["messages"], raw_text="done", thread=1)])
+    output = "\n".join(f"line {i}" for i in range(100)) + "\nError: the last words"
+    ep.meta["agent"] = {"cli": "opencode", "version": "1.18.33", "exit": 3, "timed_out": False,
+                        "killed": None, "seconds": 12.5, "output": output, "startup_s": 1.25}
+    db = tmp_path / "r.duckdb"
+    with RecordStore(db) as store:
+        store.start_run("r1", "tackroom eval", {}, n_planned=1)
+        store.append(ep)
+    shown = run_cli("show", "r1", "e1", "--db", str(db), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    assert "side call (title) 0" in out and "turn 1 · thread 1" in out
+    assert "agent CLI opencode 1.18.33" in out and "exit 3 · 12.5 s" in out
+    assert "1 agent turn(s), 1 side call(s)" in out
+    assert "Error: the last words" in out and "line 99" in out
+    assert "line 5\n" not in out and "earlier line(s)" in out  # the tail, not all of it

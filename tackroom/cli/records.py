@@ -134,14 +134,56 @@ def _replay(ep, full: bool) -> None:
             body.append(f"[red]action error[/red]: {escape(t.action_error)}")
         if t.feedback:
             body.append(f"[magenta]feedback[/magenta]: {escape(t.feedback)}")
-        console.print(Panel("\n".join(body), title=f"turn {t.index}",
+        kind = f"side call ({t.side})" if t.side else "turn"
+        thread = f" · thread {t.thread}" if t.thread else ""
+        console.print(Panel("\n".join(body), title=f"{kind} {t.index}{thread}",
                             subtitle=f"policy {t.t_policy * 1000:.0f} ms · env "
                             f"{t.t_env * 1000:.0f} ms · tokens "
                             f"{t.prompt_tokens}+{t.completion_tokens}"))
+    agent = ep.meta.get("agent") if isinstance(ep.meta, dict) else None
+    if isinstance(agent, dict):
+        console.print(_agent_panel(agent, ep.turns))
     verifier = ep.meta.get("verifier") if isinstance(ep.meta, dict) else None
     if isinstance(verifier, dict):
         console.print(Panel(escape(str(verifier.get("output") or "(no output)")),
                             title=f"verifier (exit {escape(str(verifier.get('exit')))})"))
+
+
+#: Lines of an agent CLI's output ``tackroom show`` prints (its tail: errors come last).
+AGENT_TAIL_LINES = 30
+
+
+def _agent_panel(agent: dict, turns: list) -> object:
+    """The agent CLI's run (``meta.agent``): exit status, time, calls, and its output's tail."""
+    from rich.panel import Panel
+
+    exit_ = agent.get("exit")
+    how = "timed out" if agent.get("timed_out") else f"exit {exit_}"
+    if agent.get("killed") and not agent.get("timed_out"):
+        how += f", killed ({agent['killed']})"
+    seconds = agent.get("seconds")
+    facts = [how]
+    if isinstance(seconds, (int, float)):
+        facts.append(f"{seconds:.1f} s")
+    if isinstance(agent.get("startup_s"), (int, float)):
+        facts.append(f"first model call after {agent['startup_s']:.1f} s")
+    side = sum(1 for t in turns if getattr(t, "side", None))
+    facts.append(f"{len(turns) - side} agent turn(s)" + (f", {side} side call(s)" if side else ""))
+    for key, what in (("refused_calls", "refused past the budget"),
+                      ("backend_errors", "backend error(s)"),
+                      ("unanswered_calls", "call(s) to an API no dialect answers"),
+                      ("side_calls", "token count(s)")):
+        n = agent.get(key)
+        n = len(n) if isinstance(n, list) else n
+        if n:
+            facts.append(f"{n} {what}")
+    output = str(agent.get("output") or "").rstrip()
+    lines = output.splitlines()
+    tail = "\n".join(lines[-AGENT_TAIL_LINES:]) if lines else "(no output)"
+    if len(lines) > AGENT_TAIL_LINES:
+        tail = f"[... {len(lines) - AGENT_TAIL_LINES} earlier line(s) ...]\n{tail}"
+    name = f"{agent.get('cli', '?')} {agent.get('version', '')}".strip()
+    return Panel(escape(" · ".join(facts) + "\n" + tail), title=f"agent CLI {escape(name)}")
 
 
 def export_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")],
