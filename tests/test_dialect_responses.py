@@ -507,6 +507,9 @@ def test_sdk_responses_against_tackroom_serve_with_the_tiny_model(tiny_chat_dir)
         again = c.responses.create(model=s.model_name, input=history, max_output_tokens=4)
         counted = c.responses.input_tokens.count(model=s.model_name, input="Say hi.",
                                                  instructions="Be brief.")
+        # Codex's own request (its 40 kB prompt, tools and a tool result), pointed at serve.
+        sent = {**codex("tool-result"), "model": s.model_name, "max_output_tokens": 4}
+        raw = httpx.post(s.base_url + "/responses", json=sent, timeout=120)
         with pytest.raises(openai.BadRequestError) as e:
             c.responses.create(model=s.model_name, input="hi",
                                text={"format": {"type": "json_object"}})
@@ -521,4 +524,10 @@ def test_sdk_responses_against_tackroom_serve_with_the_tiny_model(tiny_chat_dir)
     assert whole.status in ("completed", "incomplete") and again.usage.output_tokens <= 4
     assert e.value.body["param"] == "text.format"
     assert counted.input_tokens == whole.usage.input_tokens  # the served prompt, exactly
+    assert raw.status_code == 200
+    events = [json.loads(line[6:]) for line in raw.text.splitlines() if line.startswith("data: ")]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    done = events[-1]["response"]
+    assert events[-1]["type"] == f"response.{done['status']}"
+    assert done["usage"]["input_tokens"] > 1000 and 0 < done["usage"]["output_tokens"] <= 4
 
