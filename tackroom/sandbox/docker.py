@@ -202,7 +202,7 @@ class DockerSandbox(ProcessSandbox):
         self.cwd = cwd
         self.workdir = Path(tempfile.gettempdir())  # the docker client's own cwd
         self._closed = False
-        self._timeout = limits.wall_s
+        self._timeout: float | None = None  # a command's wall time, while run() runs it
         for inside, host in self.binds.items():
             container.copy_in(host, inside)
 
@@ -219,16 +219,28 @@ class DockerSandbox(ProcessSandbox):
     def copy_out(self, inside: str, host: Path) -> None:
         self.container.copy_out(inside, host)
 
-    def argv(self, argv: list[str], env: Mapping[str, str] | None = None) -> list[str]:
-        """``argv`` under the command's wall time, ``docker exec``'d in the container."""
-        timed = ["timeout", "-s", "KILL", f"{max(1.0, self._timeout):.0f}", *argv]
-        return self.container.exec_argv(timed, dict(env or {}), self.cwd)
+    def argv(self, argv: list[str], env: Mapping[str, str] | None = None,
+             tty: bool = False) -> list[str]:
+        """``argv`` ``docker exec``'d in the container (under the command's wall time when
+        :meth:`run` runs it; with a pseudo-terminal of the container's when ``tty``)."""
+        if self._timeout is not None:
+            argv = ["timeout", "-s", "KILL", f"{max(1.0, self._timeout):.0f}", *argv]
+        return self.container.exec_argv(argv, dict(env or {}), self.cwd,
+                                        mode="-it" if tty else "-i")
 
     def popen(self, argv: list[str], env: Mapping[str, str] | None = None,
               **kwargs: Any) -> subprocess.Popen:
+        """Start ``argv`` in the container. Given a terminal as its standard input (a shell
+        session), it gets one of the container's (``docker exec -t``, which the client
+        relays), whose session it leads: a ``setsid -c`` before it is dropped, since a
+        terminal already controlling a session cannot be taken by another."""
         if self._closed:
             raise InfraError("sandbox is closed", self.container.name)
-        return subprocess.Popen(self.argv(argv, env), cwd=self.workdir,  # noqa: S603
+        stdin = kwargs.get("stdin")
+        tty = isinstance(stdin, int) and os.isatty(stdin)
+        if tty and argv[:1] == ["setsid"]:
+            argv = argv[1 + next(i for i, a in enumerate(argv[1:]) if not a.startswith("-")):]
+        return subprocess.Popen(self.argv(argv, env, tty), cwd=self.workdir,  # noqa: S603
                                 env={**os.environ, "DOCKER_CLI_HINTS": "false"},
                                 start_new_session=True, **kwargs)
 
@@ -238,7 +250,7 @@ class DockerSandbox(ProcessSandbox):
         try:
             return super().run(command, timeout_s=timeout_s, stdin=stdin, env=env)
         finally:
-            self._timeout = self.limits.wall_s
+            self._timeout = None
 
     def _started(self, code: int, stdout: str, stderr: str) -> None:
         if code in (125, 126) and stderr.startswith(("Error response from daemon",
