@@ -19,8 +19,19 @@ every variant alike:
    fixed policy (an OpenAI-compatible server with next to no latency).
 3. **Concurrency**: ``--clients`` raw clients at once, each on its own route;
    calls/s through the gateway vs ``asyncio.gather`` of direct calls.
+4. **API dialects**: the same conversation (system prompt, a tool call and its
+   result, one tool) sent in every registered dialect's own request shape
+   (chat completions, Anthropic Messages, OpenAI Responses, Gemini, ...), by raw
+   keep-alive clients in a child process, at 1 and at 256 concurrent routes (one
+   client each), the dialects taking turns in short bursts. Per call: the
+   gateway's CPU time (``time.process_time`` of its process: the clients are
+   elsewhere) and the added latency (a call's median wall time as its client
+   saw it, minus a direct ``policy.act``'s), each also as a ratio to chat
+   completions; then each dialect's translation alone (request to chat body,
+   reply shaped), in-process. Targets: <= 1 ms CPU per call, <= 1.3x chat.
 
 Usage: .venv/bin/python bench/gateway.py [--calls 500] [--rounds 5] [--clients 8]
+       [--only dialects]
 
 The start-up of each agent CLI in the sandbox behind the gateway is bench/agents.py's.
 """
@@ -31,6 +42,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -77,9 +89,9 @@ class FixedPolicy:
 class RawClient:
     """A minimal keep-alive HTTP/1.1 client: pre-built request bytes, Content-Length replies."""
 
-    def __init__(self, token: str, body: dict) -> None:
+    def __init__(self, token: str, body: dict, path: str = "/v1/chat/completions") -> None:
         data = json.dumps(body).encode()
-        self.request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        self.request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                         f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
                         f"Content-Length: {len(data)}\r\n\r\n").encode() + data
         self.reader: asyncio.StreamReader | None = None
@@ -248,10 +260,183 @@ async def concurrency_section(clients: int, calls: int, rounds: int) -> None:
           f"({1e3 / rg:.3f} ms of gateway time per call)")
 
 
+def dialect_requests() -> dict[str, tuple[str, dict]]:
+    """MESSAGES and TOOLS in each dialect's own request shape: ``name -> (path, body)``."""
+    system, user, _call, result = MESSAGES
+    cmd = {"cmd": "pytest -q tests/test_parser.py"}
+    fn = TOOLS[0]["function"]
+    return {
+        "chat": ("/v1/chat/completions", {"model": "tackroom", "messages": MESSAGES,
+                                          "tools": TOOLS, "temperature": 0.7}),
+        "anthropic": ("/v1/messages", {
+            "model": "tackroom", "max_tokens": 256, "system": system["content"],
+            "tools": [{"name": fn["name"], "description": fn["description"],
+                       "input_schema": fn["parameters"]}],
+            "messages": [
+                {"role": "user", "content": user["content"]},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": cmd}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                              "content": result["content"]}]}]}),
+        "responses": ("/v1/responses", {
+            "model": "tackroom", "instructions": system["content"],
+            "tools": [{"type": "function", "name": fn["name"],
+                       "description": fn["description"], "parameters": fn["parameters"]}],
+            "input": [
+                {"type": "message", "role": "user",
+                 "content": [{"type": "input_text", "text": user["content"]}]},
+                {"type": "function_call", "call_id": "call_1", "name": "bash",
+                 "arguments": json.dumps(cmd)},
+                {"type": "function_call_output", "call_id": "call_1",
+                 "output": result["content"]}]}),
+        "gemini": ("/v1beta/models/tackroom:generateContent", {
+            "systemInstruction": {"parts": [{"text": system["content"]}]},
+            "tools": [{"functionDeclarations": [{
+                "name": fn["name"], "description": fn["description"],
+                "parametersJsonSchema": fn["parameters"]}]}],
+            "contents": [
+                {"role": "user", "parts": [{"text": user["content"]}]},
+                {"role": "model", "parts": [{"functionCall": {"name": "bash", "args": cmd}}]},
+                {"role": "user", "parts": [{"functionResponse": {
+                    "name": "bash", "response": {"output": result["content"]}}}]}]}),
+    }
+
+
+async def dialect_section(calls: int, rounds: int, widths: tuple[int, ...] = (1, 256)) -> None:
+    """Every registered dialect against chat completions, at each concurrency, side by side."""
+    from tackroom.core.registry import names
+
+    requests = {k: v for k, v in dialect_requests().items() if k in names("dialect")}
+    policy = FixedPolicy()
+    request = PolicyRequest(messages=MESSAGES, tools=TOOLS, sampling=SAMPLING)
+    t0 = time.perf_counter()
+    for _ in range(200):
+        await policy.act(request)
+    direct = (time.perf_counter() - t0) / 200
+    print(f"\n== API dialects: the same call in each ({', '.join(requests)}), "
+          f"{rounds} rounds ==")
+    rows: list[tuple[int, str, float, float]] = []
+    # The clients run in a child process, so this process's CPU time is the gateway's
+    # alone. Kept-alive clients wait while the other dialects run: on a loaded machine,
+    # longer than the default 30 s a connection may stay idle.
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--dialect-clients", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE)
+
+    async def ask(command: dict) -> dict:
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write(json.dumps(command).encode() + b"\n")
+        await child.stdin.drain()
+        return json.loads(await child.stdout.readline())
+
+    async with ModelGateway(policy, read_timeout=3600) as gw:
+        for width in widths:
+            # Short bursts, the dialects taking turns, so drifting machine load hits all alike.
+            n, segments = (max(1, calls // 8), 8 * rounds) if width == 1 else (2, 2 * rounds)
+            for name, (path, body) in requests.items():
+                tokens = [gw.open_episode(SAMPLING, label=f"{name}-{k}").token
+                          for k in range(width)]
+                await ask({"connect": name, "port": gw.port, "path": path, "body": body,
+                           "tokens": tokens})
+            for name in requests:  # warm up
+                await ask({"burst": name, "n": n})
+            cpu: dict[str, list[float]] = {k: [] for k in requests}
+            lat: dict[str, list[float]] = {k: [] for k in requests}
+            for _ in range(segments):
+                for name in requests:
+                    c0 = time.process_time()
+                    got = await ask({"burst": name, "n": n})
+                    cpu[name].append((time.process_time() - c0) / got["calls"])
+                    lat[name].append(got["median"] - direct)
+            await ask({"close": True})
+            for r in gw.routes:
+                gw.close_episode(r.token)
+            for name in requests:
+                rows.append((width, name, statistics.median(cpu[name]),
+                             statistics.median(lat[name])))
+    assert child.stdin is not None
+    child.stdin.close()
+    await child.wait()
+    print(f"{'routes':>6}  {'dialect':<10} {'CPU/call':>10} {'x chat':>7} "
+          f"{'added latency':>14} {'x chat':>7}")
+    for width, name, c, lt in rows:
+        chat = next(r for r in rows if r[0] == width and r[1] == "chat")
+        print(f"{width:>6}  {name:<10} {1e3 * c:7.3f} ms {c / chat[2]:6.2f}x "
+              f"{1e3 * lt:11.3f} ms {lt / chat[3]:6.2f}x")
+    # The dialects' own work, alone (no HTTP, no event loop): what differs between them.
+    from tackroom.wire import Shape, dumps, from_response, loads, parse_chat
+    from tackroom.wire.dialect import find
+
+    own: dict[str, float] = {}
+    for name, (path, body) in requests.items():
+        dialect, _route, match = find("POST", path) or (None, None, None)
+        assert dialect is not None and match is not None
+        raw = json.dumps(body).encode()
+        laps = []
+        for _ in range(rounds):
+            c0 = time.process_time()
+            for _ in range(calls):
+                sent = loads(raw)
+                parse_chat(dialect.to_chat(sent, match))
+                dumps(dialect.reply(from_response(policy.response, logprobs=False),
+                                    Shape("tackroom"), sent))
+            laps.append((time.process_time() - c0) / calls)
+        own[name] = statistics.median(laps)
+    print("the translation alone (request -> chat body, reply shaped; CPU per call):")
+    for name, t in own.items():
+        print(f"        {name:<10} {1e6 * t:7.1f} us {t / own['chat']:6.2f}x")
+    print("targets: <= 1 ms CPU per call per dialect; the other dialects <= 1.3x chat "
+          "completions")
+
+
+async def dialect_clients() -> None:
+    """The child of :func:`dialect_section`: keep-alive clients per dialect, run on command."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    clients: dict[str, list[RawClient]] = {}
+    while line := await reader.readline():
+        command = json.loads(line)
+        answer: dict = {}
+        if "connect" in command:
+            clients[command["connect"]] = mine = []
+            for token in command["tokens"]:  # one call each at once: identified by its token
+                c = await RawClient(token, command["body"], command["path"]).connect(
+                    port=command["port"])
+                await c.call()
+                mine.append(c)
+        elif "burst" in command:
+            laps: list[float] = []
+
+            async def one(c: RawClient, n: int = command["n"], laps: list = laps) -> None:
+                for _ in range(n):
+                    t = time.perf_counter()
+                    await c.call()
+                    laps.append(time.perf_counter() - t)
+
+            await asyncio.gather(*(one(c) for c in clients[command["burst"]]))
+            answer = {"median": statistics.median(laps), "calls": len(laps)}
+        else:
+            for raws in clients.values():
+                for c in raws:
+                    await c.close()
+            clients.clear()
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+
+
 async def main(args: argparse.Namespace) -> None:
-    await fixed_section(args.calls, args.rounds)
-    await openai_section(max(10, args.calls // 5), args.rounds)
-    await concurrency_section(args.clients, max(10, args.calls // 5), args.rounds)
+    if args.dialect_clients:
+        await dialect_clients()
+        return
+    if args.only in (None, "fixed"):
+        await fixed_section(args.calls, args.rounds)
+    if args.only in (None, "openai"):
+        await openai_section(max(10, args.calls // 5), args.rounds)
+    if args.only in (None, "concurrency"):
+        await concurrency_section(args.clients, max(10, args.calls // 5), args.rounds)
+    if args.only in (None, "dialects"):
+        await dialect_section(args.calls, args.rounds)
 
 
 if __name__ == "__main__":
@@ -259,4 +444,7 @@ if __name__ == "__main__":
     p.add_argument("--calls", type=int, default=500)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--only", choices=["fixed", "openai", "concurrency", "dialects"],
+                   help="run one section only")
+    p.add_argument("--dialect-clients", action="store_true", help=argparse.SUPPRESS)
     asyncio.run(main(p.parse_args()))
