@@ -310,7 +310,7 @@ def completions(draw):
 
 def merged(chunks: list[dict]) -> dict:
     """A stream as google-genai / Gemini CLI put it together: texts joined, parts in order."""
-    parts, chosen, ids = [], [], []
+    parts, chosen, ids, floats = [], [], [], []
     for chunk in chunks:
         cand = chunk["candidates"][0]
         for part in cand["content"]["parts"]:
@@ -319,11 +319,12 @@ def merged(chunks: list[dict]) -> dict:
             elif part != {"text": ""}:
                 parts.append(part)
         chosen += cand.get("logprobsResult", {}).get("chosenCandidates", [])
-        ids += cand.get("tokenIds", [])
+        ids += chunk.get("token_ids", [])
+        floats += chunk.get("logprobs", [])
     last = chunks[-1]
     return {"parts": parts, "finish": last["candidates"][0]["finishReason"],
             "usage": last["usageMetadata"], "chosen": chosen, "ids": ids,
-            "prompt_ids": chunks[0].get("promptTokenIds")}
+            "floats": floats, "prompt_ids": chunks[0].get("prompt_token_ids")}
 
 
 @given(completions(), st.booleans())
@@ -348,9 +349,12 @@ def test_a_reply_streams_whole_and_comes_back_as_the_same_assistant_message(c, t
             [x["logProbability"] for x in cand["logprobsResult"]["chosenCandidates"]]
     else:
         assert "logprobsResult" not in cand and stream["chosen"] == []
-    assert (stream["ids"] == cand.get("tokenIds") == c.token_ids) if token_ids else \
-        ("tokenIds" not in cand and stream["ids"] == [])
-    assert stream["prompt_ids"] == whole.get("promptTokenIds") == \
+    # tackroom's extra keys, as in every dialect: token ids, their log-probs, the prompt's.
+    assert (stream["ids"] == whole.get("token_ids") == c.token_ids) if token_ids else \
+        ("token_ids" not in whole and stream["ids"] == [])
+    assert stream["floats"] == whole.get("logprobs", []) == \
+        (c.logprobs if token_ids and c.logprobs is not None else [])
+    assert stream["prompt_ids"] == whole.get("prompt_token_ids") == \
         ([7, 8, 9] if token_ids else None)
     # The reply, sent back as the model's turn, is the assistant message the policy wrote.
     history = {"contents": [{"role": "user", "parts": [{"text": "go"}]}, cand["content"]]}
@@ -593,9 +597,10 @@ def test_serve_answers_the_sdk_text_calls_results_and_counts(served):
                                   {"contents": [{"parts": [{"text": "SAY:all done"}]}],
                                    "return_token_ids": True})
     tokenizer = served.policy.tokenizer
-    assert status == 200 and out["candidates"][0]["tokenIds"] == \
+    assert status == 200 and out["token_ids"] == \
         tokenizer.encode("all done", add_special_tokens=False) + [tokenizer.eos_token_id]
-    assert out["promptTokenIds"] == served.policy.prompt_ids(
+    assert len(out["logprobs"]) == len(out["token_ids"])
+    assert out["prompt_token_ids"] == served.policy.prompt_ids(
         [{"role": "user", "content": "SAY:all done"}], None)
 
     n = c.models.count_tokens(model=model, contents="hello")

@@ -46,8 +46,8 @@ body's ``gemini_config`` for the record. vLLM's ``return_token_ids`` (or
 The reply is a ``GenerateContentResponse``: one candidate (a text part, a
 ``functionCall`` part per call, ``finishReason`` ``STOP`` / ``MAX_TOKENS``),
 ``usageMetadata``, ``modelVersion``, ``responseId``; ``logprobsResult`` /
-``avgLogprobs`` when log-probs were asked; with token ids asked, ``tokenIds`` on
-the candidate and ``promptTokenIds`` (tackroom's extra keys, as vLLM's in chat).
+``avgLogprobs`` when log-probs were asked; with token ids asked, ``token_ids``,
+``prompt_token_ids`` and ``logprobs`` (floats), the extra keys of every dialect.
 Streamed: one response per run of text (per token when the server knows them),
 the last with the calls, ``finishReason`` and whole usage; bare ``data:`` lines,
 no end marker. Errors are Google's ``{"error": {"code", "message", "status"}}``,
@@ -57,6 +57,7 @@ chat keys named back as the client sent them.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import uuid
@@ -129,13 +130,15 @@ def _camel(name: str) -> str:
     return head + "".join(w[:1].upper() + w[1:] for w in rest)
 
 
+@functools.cache
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
 def _field(obj: dict[str, Any], name: str) -> Any:
     """``obj[name]``, or its snake_case spelling (the REST docs' examples use both)."""
     value = obj.get(name)
-    if value is None:
-        snake = re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
-        value = obj.get(snake)
-    return value
+    return obj.get(_snake(name)) if value is None else value
 
 
 def _bad(message: str, where: str | None = None) -> ApiError:
@@ -570,20 +573,36 @@ def _logprobs_result(entries: list[dict[str, Any]], ids: list[int] | None) -> di
     return out
 
 
-def _candidate(parts: list[dict[str, Any]], finish: str | None,
-               entries: list[dict[str, Any]] | None, ids: list[int] | None,
-               shape: Shape) -> dict[str, Any]:
-    out: dict[str, Any] = {"content": {"parts": parts or [{"text": ""}], "role": "model"}}
-    if finish is not None:
-        out["finishReason"] = finish
-    out["index"] = 0
-    if entries is not None:
-        out["logprobsResult"] = _logprobs_result(entries, ids)
+def _response(c: Completion, shape: Shape, parts: list[dict[str, Any]], positions: list[int],
+              *, rid: str, last: bool, first: bool, sent: int) -> dict[str, Any]:
+    """One ``GenerateContentResponse``: the whole reply, or a chunk of a stream.
+
+    ``positions`` are the tokens it carries (their log-probs, ids); ``last`` gives
+    it the finish and the whole usage, ``first`` the prompt's token ids.
+    """
+    cand: dict[str, Any] = {"content": {"parts": parts or [{"text": ""}], "role": "model"}}
+    if last:
+        cand["finishReason"] = _FINISH.get(c.finish_reason, "OTHER")
+    cand["index"] = 0
+    ids = c.token_ids or []
+    if c.logprob_entries is not None:
+        entries = [c.logprob_entries[k] for k in positions if k < len(c.logprob_entries)]
+        shown = [ids[k] for k in positions if k < len(ids)] \
+            if len(ids) == len(c.logprob_entries) else None
+        cand["logprobsResult"] = _logprobs_result(entries, shown)
         if entries:
-            out["avgLogprobs"] = sum(float(e.get("logprob") or 0.0) for e in entries) \
+            cand["avgLogprobs"] = sum(float(e.get("logprob") or 0.0) for e in entries) \
                 / len(entries)
-    if shape.token_ids and ids is not None:
-        out["tokenIds"] = list(ids)
+    out: dict[str, Any] = {"candidates": [cand], "usageMetadata": _usage(c, None if last
+                                                                          else sent),
+                           "modelVersion": shape.model, "responseId": rid}
+    if shape.token_ids and c.token_ids is not None:  # the extra keys of every dialect
+        out["token_ids"] = [ids[k] for k in positions if k < len(ids)]
+        if c.logprobs is not None:
+            out["logprobs"] = [float(c.logprobs[k]) for k in positions
+                               if k < len(c.logprobs)]
+    if first and shape.token_ids and c.prompt_token_ids is not None:
+        out["prompt_token_ids"] = list(c.prompt_token_ids)
     return out
 
 
@@ -592,21 +611,12 @@ def _response_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def _finish(c: Completion) -> str:
-    return _FINISH.get(c.finish_reason, "OTHER")  # e.g. a scripted server's own reason
-
-
 def reply(c: Completion, shape: Shape, body: Any) -> dict[str, Any]:
     """The ``GenerateContentResponse`` of a whole reply."""
     parts: list[dict[str, Any]] = [{"text": c.content}] if c.content else []
-    parts += _call_parts(c)
-    ids = c.token_ids if shape.token_ids or c.logprob_entries is not None else None
-    out: dict[str, Any] = {
-        "candidates": [_candidate(parts, _finish(c), c.logprob_entries, ids, shape)],
-        "usageMetadata": _usage(c), "modelVersion": shape.model, "responseId": _response_id()}
-    if shape.token_ids and c.prompt_token_ids is not None:
-        out["promptTokenIds"] = list(c.prompt_token_ids)
-    return out
+    n = max(len(c.token_ids or []), len(c.logprob_entries or []))
+    return _response(c, shape, parts + _call_parts(c), list(range(n)), rid=_response_id(),
+                     last=True, first=True, sent=n)
 
 
 def _runs(c: Completion) -> list[tuple[str, list[int]]]:
@@ -617,8 +627,8 @@ def _runs(c: Completion) -> list[tuple[str, list[int]]]:
     the whole text is one run.
     """
     if c.pieces is None:
-        return [(c.content or "", list(range(len(c.token_ids or []))))] \
-            if c.content or c.token_ids else []
+        n = max(len(c.token_ids or []), len(c.logprob_entries or []))
+        return [(c.content or "", list(range(n)))] if c.content or n else []
     runs: list[tuple[str, list[int]]] = []
     for k, delta in enumerate(content_deltas(c, c.pieces)):
         if delta or not runs:
@@ -632,26 +642,13 @@ def events(c: Completion, shape: Shape, body: Any) -> Iterator[tuple[str | None,
     """The streamed reply: ``GenerateContentResponse`` chunks as bare ``data:`` lines."""
     rid = _response_id()
     runs = _runs(c) or [("", [])]
-    entries = c.logprob_entries
-    ids = c.token_ids if shape.token_ids or entries is not None else None
     sent = 0
     for n, (text, positions) in enumerate(runs):
         last = n == len(runs) - 1
         parts: list[dict[str, Any]] = [{"text": text}] if text else []
-        if last:
-            parts += _call_parts(c)
-        part_entries = None if entries is None else \
-            [entries[k] for k in positions if k < len(entries)]
-        part_ids = None if ids is None else [ids[k] for k in positions if k < len(ids)]
         sent += len(positions)
-        chunk: dict[str, Any] = {
-            "candidates": [_candidate(parts, _finish(c) if last else None, part_entries,
-                                      part_ids, shape)],
-            "usageMetadata": _usage(c, None if last else sent),
-            "modelVersion": shape.model, "responseId": rid}
-        if n == 0 and shape.token_ids and c.prompt_token_ids is not None:
-            chunk["promptTokenIds"] = list(c.prompt_token_ids)
-        yield None, chunk
+        yield None, _response(c, shape, parts + (_call_parts(c) if last else []), positions,
+                              rid=rid, last=last, first=n == 0, sent=sent)
 
 
 def count(n: int) -> dict[str, Any]:
