@@ -5,7 +5,8 @@ Anthropic's Messages API (``POST /v1/messages?beta=true``, streamed) and Gemini
 CLI in Gemini's ``streamGenerateContent``, and asks the backend in chat
 completions. Each CLI's expert solves 3 code and 3 terminal tasks; a tiny model
 behind ``tackroom serve`` completes an episode under each with the served token
-ids and log-probs on every agent turn. The reachability probe has a row per CLI
+ids and log-probs on every agent turn; each CLI's own sub-agent's calls are
+labelled side calls in threads of their own. The reachability probe has a row per CLI
 in tests/test_agents.py. The requests each CLI sent, captured, are in
 tests/fixtures/dialects/claude-code and gemini-cli.
 """
@@ -20,7 +21,7 @@ import pytest
 
 import tackroom
 from tackroom.agents.install import ensure_installed
-from tackroom.core.policy import Sampling
+from tackroom.core.policy import PolicyRequest, PolicyResponse, Sampling, ToolCall
 from tackroom.harness.spec import load_harness
 from tackroom.sandbox import sandbox_available
 from tackroom.serve import ServerThread
@@ -33,6 +34,13 @@ TERMINAL_TASKS = ["csv-column-sum", "archive-logs", "count-errors"]
 CODE_TASKS = ["add-business-days", "allocate-ratios", "args-double-dash"]
 #: Each CLI and the shell tool its expert calls (both take a `command` string).
 CLIS = {"claude-code": "Bash", "gemini-cli": "run_shell_command"}
+#: Each CLI's tool that starts a sub-agent, and a call of it that waits for its answer.
+DELEGATE = {
+    "claude-code": ("Agent", {"description": "Count the files", "subagent_type": "general-purpose",
+                              "prompt": "Say how many files there are.",
+                              "run_in_background": False}),
+    "gemini-cli": ("invoke_agent", {"agent_name": "generalist",
+                                    "prompt": "Say how many files there are."})}
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +134,47 @@ def test_a_tiny_model_completes_an_episode_under_each_cli(tmp_path, tiny_chat_di
         assert turn.messages[0]["role"] == "system"  # the CLI's own, translated
     # The CLI's own tools, recorded for training: its shell tool among them.
     assert CLIS[cli] in [t["function"]["name"] for t in agent["tools"]]
+
+
+class Delegating:
+    """A policy whose agent hands the task to a sub-agent on its first call; every later call,
+    the sub-agent's and the agent's own, gets a plain-text answer."""
+
+    id = "delegating"
+
+    def __init__(self, cli: str) -> None:
+        self.tool, self.arguments = DELEGATE[cli]
+        self.calls = 0
+
+    async def act(self, request: PolicyRequest) -> PolicyResponse:
+        self.calls += 1
+        if self.calls > 1:
+            return PolicyResponse(text="There is one file.", model="delegating")
+        call = ToolCall(id="call_delegate", name=self.tool, arguments=json.dumps(self.arguments))
+        return PolicyResponse(text=None, tool_calls=[call], model="delegating")
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("cli", list(CLIS))
+@pytest.mark.usefixtures("installed")
+@needs_sandbox
+@pytest.mark.slow
+def test_each_clis_sub_agent_calls_are_labelled_side_calls_in_threads_of_their_own(tmp_path,
+                                                                                  cli):
+    """The CLI's own sub-agent (Claude Code's Agent tool, Gemini CLI's invoke_agent) calls the
+    model with a prompt of its own: those calls are recorded as ``subagent`` side calls, each
+    sub-agent's in a thread of its own, and the agent's calls before and after it are the
+    agent thread's turns."""
+    run = tackroom.evaluate("terminal", tasks=["csv-column-sum"], harnesses=[cli],
+                            policies=[Delegating(cli)], seeds=[0], store=tmp_path / "r.duckdb")
+    [ep] = run.load_episodes()
+    agent = ep.meta["agent"]
+    assert ep.outcome.value == "failure" and agent["exit"] == 0, (ep.error, agent.get("output"))
+    first, *middle, last = ep.turns
+    assert [tc["function"]["name"] for tc in first.tool_calls] == [DELEGATE[cli][0]]
+    assert (first.side, first.thread, last.side, last.thread) == (None, 0, None, 0)
+    assert middle and all(t.side == "subagent" and t.thread > 0 for t in middle), [
+        (t.side, t.thread) for t in ep.turns]
+    assert any(m.get("role") == "tool" for m in last.messages)  # the sub-agent's answer
