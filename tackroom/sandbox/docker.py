@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 import tempfile
 import tomllib
@@ -85,7 +86,10 @@ def storage_quota() -> str | None:
 
 @functools.cache
 def _has_init() -> bool:
-    return docker("info", "--format", "{{.InitBinary}}", check=False).returncode == 0
+    """Whether the daemon's init (``docker-init``, which ``--init`` runs) is installed: a
+    local daemon's binaries are this machine's."""
+    name = docker("info", "--format", "{{.InitBinary}}", check=False).stdout.decode().strip()
+    return bool(name) and shutil.which(name) is not None
 
 
 def task_environment(dockerfile: Path) -> dict[str, Any]:
