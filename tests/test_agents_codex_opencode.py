@@ -2,13 +2,16 @@
 
 Codex speaks OpenAI's Responses API (``POST /v1/responses``), OpenCode chat
 completions; the gateway answers each in its own dialect and asks the backend in
-chat completions. Each CLI's expert solves 3 code and 3 terminal tasks; a tiny
-model behind ``tackroom serve`` completes an episode under each with the served
-token ids and log-probs on every agent turn.
+chat completions. Each CLI's expert solves 3 code and 3 terminal tasks; OpenCode's
+title call (made without ``--title``) is a labelled side call; a tiny model behind
+``tackroom serve`` completes an episode under each with the served token ids and
+log-probs on every agent turn. The reachability probe for both is a row of
+tests/test_agents.py.
 """
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -52,7 +55,10 @@ def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, cli,
         assert not agent.get("unanswered_calls"), agent  # it called no API the gateway lacks
         # Every agent turn is recorded, with the CLI's own prompt and tools: the script in
         # its shell tool, then (its output sent back) the plain reply that ends its run.
+        # Neither makes a side call here (Codex's exec none, OpenCode none with --title):
+        # both calls are agent turns of one thread.
         assert agent["calls"] == len(ep.turns) == 2, agent
+        assert [(t.side, t.thread) for t in ep.turns] == [(None, 0), (None, 0)]
         first, second = ep.turns
         assert first.messages[0]["role"] == "system"  # the CLI's own system prompt
         assert len(first.messages[0]["content"]) > 1000
@@ -60,6 +66,26 @@ def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, cli,
         assert any(m.get("role") == "tool" for m in second.messages)
         assert second.raw_text and not second.tool_calls
         assert CLIS[cli] in [t["function"]["name"] for t in agent["tools"]]
+
+
+def test_opencodes_title_call_without_title_flag_is_a_labelled_side_call(tmp_path):
+    """Without ``--title`` OpenCode first asks the model for a session title (no tools): the
+    call is recorded, labelled a side call, answered without using the expert's script and
+    kept out of the turn budget, so the expert still solves the task in its 2 turns."""
+    command = [c for c in load_harness("opencode").agent["command"] if c != "--title="]
+    variant = tmp_path / "opencode-titling.toml"
+    variant.write_text('extends = "opencode"\nname = "opencode-titling"\n'
+                       f'[agent]\ncommand = {json.dumps(command)}\n[budget]\nturns = 2\n')
+    run = tackroom.evaluate("terminal", tasks=["csv-column-sum"], harnesses=[str(variant)],
+                            policies=["expert"], seeds=[0], store=tmp_path / "r.duckdb")
+    [ep] = run.load_episodes()
+    agent = ep.meta["agent"]
+    assert ep.outcome.value == "success", (ep.error, agent.get("output"))
+    title, first, second = ep.turns
+    assert title.side == "title" and "title generator" in title.messages[0]["content"]
+    assert [(t.side, t.thread) for t in (first, second)] == [(None, 1), (None, 1)]
+    assert [tc["function"]["name"] for tc in first.tool_calls] == ["bash"]
+    assert agent["agent_turns"] == 2 and agent["refused_calls"] == 0, agent
 
 
 def test_a_tiny_model_completes_episodes_under_each_cli(tmp_path, tiny_chat_dir, monkeypatch):
