@@ -87,7 +87,9 @@ async def test_gateway_text_reply_whole_and_streamed_and_what_the_policy_saw():
                 system=[{"type": "text", "text": "Be brief."},
                         {"type": "text", "text": "Use tools.", "cache_control": {"type":
                                                                                  "ephemeral"}}],
-                messages=[{"role": "user", "content": "hi"}], metadata={"user_id": "u1"})
+                messages=[{"role": "user", "content": "hi"}], metadata={"user_id": "u1"},
+                output_config={"effort": "low", "format": {"type": "json_schema",
+                                                           "schema": {"type": "object"}}})
             async with c.messages.stream(model="claude-x", max_tokens=100,
                                          messages=[{"role": "user", "content": "hi"}]) as s:
                 streamed = await s.get_final_message()
@@ -107,6 +109,9 @@ async def test_gateway_text_reply_whole_and_streamed_and_what_the_policy_saw():
     asked = route.requested[0]
     assert asked["dialect"] == "anthropic" and asked["temperature"] == 0.7
     assert asked["max_tokens"] == 100 and "metadata" not in asked
+    assert asked["response_format"] == {"type": "json_schema", "json_schema": {
+        "name": "output", "schema": {"type": "object"}}}
+    assert asked["output_config"]["effort"] == "low"  # kept for the record
     assert route.requested[1]["stream"] is True
 
 
@@ -374,6 +379,11 @@ def test_serve_counts_tokens_with_the_chat_template_and_refuses_in_anthropics_sh
     assert e.value.body["type"] == "error"
     assert e.value.body["error"]["type"] == "not_found_error"
     assert "tiny-chat" in e.value.body["error"]["message"]
+    refused = r"output_config\.format.*not supported by tackroom serve"  # named as sent
+    with pytest.raises(anthropic.BadRequestError, match=refused):
+        c.messages.create(model=srv.model_name, max_tokens=4, messages=[
+            {"role": "user", "content": "x"}], output_config={"format": {
+                "type": "json_schema", "schema": {"type": "object"}}})
     with pytest.raises(anthropic.BadRequestError, match="tool_choice"):  # cannot be honoured
         c.messages.create(model=srv.model_name, max_tokens=4, tools=TOOLS,
                           tool_choice={"type": "any"}, messages=[{"role": "user", "content": "x"}])

@@ -29,9 +29,10 @@ The request becomes a chat-completions body:
   named function, ``none`` -> ``"none"``; ``disable_parallel_tool_use`` ->
   ``parallel_tool_calls: false``;
 * ``max_tokens`` (required, as by the API), ``temperature``, ``top_p``, ``top_k``,
-  ``stop_sequences`` (as ``stop``), ``stream`` are passed on; ``metadata`` is
-  dropped; every other key (``thinking``, ``service_tier``, ...) is kept in the
-  chat body for the record. vLLM's ``return_token_ids`` and chat's ``logprobs``
+  ``stop_sequences`` (as ``stop``), ``stream`` are passed on; ``output_config.format``
+  (structured output) becomes ``response_format`` (which ``tackroom serve`` refuses:
+  it cannot honour it); ``metadata`` is dropped; every other key (``thinking``,
+  ``output_config``, ``service_tier``, ...) is kept in the chat body for the record. vLLM's ``return_token_ids`` and chat's ``logprobs``
   may be sent as extra keys, as to chat completions.
 
 The reply is a ``message``: a ``text`` block (when there is text, or nothing
@@ -281,6 +282,14 @@ def to_chat(body: Any, match: re.Match[str] | None = None) -> dict[str, Any]:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
             raise _bad("stop_sequences", "must be a list of strings")
         chat["stop"] = stops
+    fmt = (body.get("output_config") or {}).get("format") \
+        if isinstance(body.get("output_config"), dict) else None
+    if fmt is not None:  # structured output: chat's response_format (serve refuses it)
+        if not isinstance(fmt, dict) or not isinstance(fmt.get("schema"), dict):
+            raise _bad("output_config.format", "must be {\"type\": \"json_schema\", "
+                                               "\"schema\": {...}}")
+        chat["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": "output", "schema": fmt["schema"]}}
     if "stream" in body:
         chat["stream"] = body["stream"]
     return chat
@@ -408,7 +417,8 @@ def events(c: Completion, shape: Shape, body: Any) -> Iterator[tuple[str | None,
 
 def error(e: ApiError) -> dict[str, Any]:
     """Anthropic's error object: ``{"type": "error", "error": {"type", "message"}}``."""
-    message = e.message.replace("'stop'", "'stop_sequences'")
+    message = e.message.replace("'stop'", "'stop_sequences'").replace(
+        "'response_format'", "'output_config.format'")
     if e.code == "context_length_exceeded":  # the words Claude Code compacts on
         message = f"prompt is too long: {message}"
     return {"type": "error",
