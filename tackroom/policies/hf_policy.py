@@ -466,7 +466,8 @@ class HFPolicy:
         return PolicyResponse(
             text=text, tool_calls=calls, prompt_tokens=len(job.prompt),
             completion_tokens=len(tokens), token_ids=tokens, logprobs=checked,
-            model=self.model_dir, adapter=job.label, finish_reason=finish, notes=notes)
+            model=self.model_dir, adapter=job.label, finish_reason=finish, notes=notes,
+            prompt_token_ids=[int(t) for t in job.prompt])
 
     # ---------------------------------------------------------------- close
     async def aclose(self) -> None:

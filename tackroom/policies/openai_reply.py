@@ -99,6 +99,11 @@ def parse_completion(data: dict[str, Any], max_chars: int, model: str,
         if note:
             notes.append(note)
     token_ids = _token_ids(token_ids, max_chars, notes)
+    # The prompt as the server tokenised it (vLLM's and tackroom serve's return_token_ids):
+    # training then uses it as served instead of re-applying the chat template.
+    prompt_ids = data.get("prompt_token_ids")
+    prompt_ids = _token_ids(prompt_ids, len(prompt_ids), notes) \
+        if isinstance(prompt_ids, list) and token_ids is not None else None
     return PolicyResponse(
         text=content if isinstance(content, str) else None,
         tool_calls=tool_calls,
@@ -110,6 +115,7 @@ def parse_completion(data: dict[str, Any], max_chars: int, model: str,
         model=scrub(str(data.get("model") or model))[:200],
         finish_reason="length" if cut else str(choice.get("finish_reason") or "stop")[:40],
         notes=notes,
+        prompt_token_ids=prompt_ids,
     )
 
 

@@ -193,6 +193,7 @@ async def _loop(spec: EpisodeSpec, env: Environment, ep: Episode, expert: Expert
                                                       response.completion_tokens)
         turn.token_ids, turn.logprobs, turn.adapter = (response.token_ids, response.logprobs,
                                                        response.adapter)
+        turn.prompt_token_ids = response.prompt_token_ids
         turn.notes = list(response.notes)
         tokens += response.prompt_tokens + response.completion_tokens
         parsed = session.parse(response)

@@ -142,8 +142,8 @@ def export_groups(store: RecordStore, out_dir: str | Path, cfg: RLConfig | None 
             tools[key] = harness_tools(*key)
         group = str(adv.groups[adv.group_index[k]])
         for turn in ep.turns:
-            if not (turn.raw_text or turn.tool_calls):
-                continue
+            if not (turn.raw_text or turn.tool_calls) or turn.side is not None:
+                continue  # no reply, or a side call (a title, a summary): not agent steps
             prompt = [_text_message(m) for m in turn.messages]
             response = reply_text(turn)
             offered = json.dumps(episode_tools(ep, tools[key], turn.index) or [])

@@ -12,6 +12,13 @@ OpenAI-compatible backends record log-probs of the model's temperature-1
 distribution, so at another training temperature they are recomputed.
 Turns recorded without token ids (a backend that returns none) are
 re-tokenised through the chat template, and their log-probs recomputed.
+
+Token-exact: a turn that recorded the prompt's ids as the backend served them
+(``Turn.prompt_token_ids``: ``tackroom serve``, vLLM's ``return_token_ids``)
+trains on exactly those and its completion ids — no chat template is applied
+again, so no re-tokenisation drift. An agent CLI's side calls (``Turn.side``:
+a session title, a summary, a sub-agent) are left out unless asked for
+(``side_calls=True``); each turn's prompt is its own call's, whatever thread.
 """
 
 from __future__ import annotations
@@ -83,15 +90,21 @@ def usable_logprobs(turn: Any, n_tokens: int) -> bool:
 
 def episode_samples(ep: Episode, index: int, tokenizer: Any,
                     tools: list[dict[str, Any]] | None, *,
-                    use_recorded: bool = True) -> list[TurnSample]:
+                    use_recorded: bool = True, side_calls: bool = False) -> list[TurnSample]:
     """The turns of ``ep`` as :class:`TurnSample` s (advantages left at 0).
 
-    Turns without a reply (no tokens, no text) are skipped. Malformed replies
-    are kept: the reward says they were bad, which is how a policy unlearns them.
+    Turns without a reply (no tokens, no text) are skipped, and side calls
+    unless ``side_calls``. Malformed replies are kept: the reward says they
+    were bad, which is how a policy unlearns them.
     """
     out: list[TurnSample] = []
     for turn in ep.turns:
-        if turn.token_ids:
+        if turn.side is not None and not side_calls:
+            continue
+        if turn.token_ids and turn.prompt_token_ids:  # as served: no template again
+            prompt = [int(t) for t in turn.prompt_token_ids]
+            completion = [int(t) for t in turn.token_ids]
+        elif turn.token_ids:
             prompt = prompt_ids(tokenizer, turn.messages, tools)
             completion = [int(t) for t in turn.token_ids]
         elif turn.raw_text or turn.tool_calls:

@@ -189,8 +189,13 @@ def episode_tools(ep: Episode, harness_level: list[dict[str, Any]] | None, turn:
 
 
 def build_dataset(store: RecordStore, selection: Selection, tokenizer: Any, *,
-                  max_length: int | None = None) -> Dataset:
-    """Tokenise every parsed turn of the selected episodes (see the module docstring)."""
+                  max_length: int | None = None, side_calls: bool = False) -> Dataset:
+    """Tokenise every parsed turn of the selected episodes (see the module docstring).
+
+    A turn with the prompt's ids as served (``prompt_token_ids``) is those ids and its
+    completion's, not the chat template again; side calls are left out unless
+    ``side_calls``.
+    """
     rows = selection.episodes(store)
     if not rows:
         raise ConfigError("no recorded episodes match the selection", "sft",
@@ -198,7 +203,7 @@ def build_dataset(store: RecordStore, selection: Selection, tokenizer: Any, *,
                           "or loosen --suite/--harness/--tasks/--outcome")
     tools_by_harness: dict[tuple[str, str], Any] = {}
     examples: list[Example] = []
-    skipped = {"parse_error": 0, "no_reply": 0, "too_long": 0}
+    skipped = {"parse_error": 0, "no_reply": 0, "too_long": 0, "side_call": 0}
     for row in rows:
         key = (row["harness"], row["harness_hash"])
         if key not in tools_by_harness:
@@ -207,14 +212,23 @@ def build_dataset(store: RecordStore, selection: Selection, tokenizer: Any, *,
     for ep in episodes:
         key = (ep.harness, ep.harness_hash)
         for turn in ep.turns:
+            if turn.side is not None and not side_calls:
+                skipped["side_call"] += 1
+                continue
             if turn.parse_error:
                 skipped["parse_error"] += 1
                 continue
             if not (turn.raw_text or turn.tool_calls):
                 skipped["no_reply"] += 1
                 continue
-            ids, labels = encode_turn(tokenizer, turn.messages, reply_message(turn),
-                                      episode_tools(ep, tools_by_harness[key], turn.index))
+            if turn.prompt_token_ids and turn.token_ids:  # token-exact: the ids as served
+                prompt = [int(t) for t in turn.prompt_token_ids]
+                ids = prompt + [int(t) for t in turn.token_ids]
+                labels = [IGNORE] * len(prompt) + ids[len(prompt):]
+            else:
+                ids, labels = encode_turn(tokenizer, turn.messages, reply_message(turn),
+                                          episode_tools(ep, tools_by_harness[key],
+                                                        turn.index))
             if max_length and len(ids) > max_length:
                 skipped["too_long"] += 1
                 continue

@@ -99,7 +99,9 @@ def from_response(response: PolicyResponse, *, logprobs: bool) -> Completion:
         prompt_tokens=int(response.prompt_tokens),
         completion_tokens=int(response.completion_tokens),
         token_ids=None if response.token_ids is None else [int(t) for t in response.token_ids],
-        logprobs=response.logprobs, logprob_entries=entries, adapter=response.adapter)
+        logprobs=response.logprobs, logprob_entries=entries, adapter=response.adapter,
+        prompt_token_ids=None if response.prompt_token_ids is None
+        else [int(t) for t in response.prompt_token_ids])
 
 
 def _usage(c: Completion) -> dict[str, int]:
