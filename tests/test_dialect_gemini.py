@@ -37,6 +37,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "dialects" / "gemini-cli"
 RUN = Sampling(temperature=0.2, top_p=0.9, max_tokens=32, seed=7)
 WAIT = 30.0  # seconds: a bound for "eventually", never a timing assertion
 STREAM = "/v1beta/models/tackroom:streamGenerateContent"
+SSE = STREAM + "?alt=sse"  # what google-genai and Gemini CLI send
 BASH = types.FunctionDeclaration(
     name="bash", description="Run a shell command.",
     parameters=types.Schema(type="OBJECT", properties={"cmd": types.Schema(type="STRING")},
@@ -47,7 +48,7 @@ CONFIG = types.GenerateContentConfig(
     automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
 
 
-def match(path: str = STREAM):
+def match(path: str = SSE):
     found = find("POST", path)
     assert found is not None and found[0].name == "gemini"
     return found[2]
@@ -135,23 +136,24 @@ CALL = {"role": "model", "parts": [{"functionCall": {"name": "bash", "args": {"c
 
 
 @pytest.mark.parametrize(("body", "path", "words"), [
-    ({"contents": []}, STREAM, "'contents' must be a non-empty list"),
+    ({"contents": []}, SSE, "'contents' must be a non-empty list"),
     (_body(contents=[{"role": "user", "parts": [
         {"text": "what is this?"}, {"inlineData": {"mimeType": "image/png", "data": "AA=="}}]}]),
-     STREAM, "contents[0].parts[1] is an inlineData part (an image, audio or file)"),
-    (_body(contents=[{"role": "assistant", "parts": [{"text": "x"}]}]), STREAM,
+     SSE, "contents[0].parts[1] is an inlineData part (an image, audio or file)"),
+    (_body(contents=[{"role": "assistant", "parts": [{"text": "x"}]}]), SSE,
      "contents[0] has role \"assistant\"; the roles are user and model"),
     (_body(contents=[{"role": "user", "parts": [{"text": "go"}]}, CALL, {"role": "user", "parts": [
-        {"functionResponse": {"name": "python", "response": {"output": "1"}}}]}]), STREAM,
+        {"functionResponse": {"name": "python", "response": {"output": "1"}}}]}]), SSE,
      "contents[2].parts[0].functionResponse for \"python\" answers no functionCall"),
-    (_body(generationConfig={"candidateCount": 2}), STREAM,
+    (_body(generationConfig={"candidateCount": 2}), SSE,
      "generationConfig.candidateCount is 2; this server returns one candidate"),
-    (_body(generationConfig={"temperature": "hot"}), STREAM,
+    (_body(generationConfig={"temperature": "hot"}), SSE,
      "generationConfig.temperature must be a number"),
-    (_body(tools=[{"googleSearch": {}}]), STREAM,
+    (_body(tools=[{"googleSearch": {}}]), SSE,
      "tools[0].googleSearch is a tool that runs on Google's servers"),
-    (_body(generationConfig={"responseModalities": ["IMAGE"]}), STREAM,
+    (_body(generationConfig={"responseModalities": ["IMAGE"]}), SSE,
      "this server answers with text only"),
+    (_body(), STREAM, "add ?alt=sse to the URL"),
     (_body(), STREAM + "?key=abc", "add ?alt=sse to the URL"),
     (_body(), STREAM + "?alt=json", "a JSON-array stream is not supported"),
 ])
@@ -475,6 +477,9 @@ async def test_gemini_cli_requests_are_answered_as_it_reads_them():
                 f"gemini-cli-0.61.0-{name}.json"]["path"]
             answers.append(await loop.run_in_executor(None, raw_post, port, path,
                                                       gemini_cli(name), headers))
+        # The query reaches the dialect: a stream asked for as a JSON array is refused.
+        no_alt, refused, _ = await loop.run_in_executor(
+            None, http_request, port, "POST", STREAM, gemini_cli("first-turn"), headers)
     (status, kind, first), (_, _, second) = answers
     assert status == 200 and kind.startswith("text/event-stream")
     assert first[-1]["candidates"][0]["content"]["parts"] == [{"functionCall": {
@@ -483,6 +488,8 @@ async def test_gemini_cli_requests_are_answered_as_it_reads_them():
                    for p in chunk["candidates"][0]["content"]["parts"]) == "Done."
     assert second[-1]["candidates"][0]["finishReason"] == "STOP"
     assert len(route.turns) == 2 and route.turns[1].messages[-1]["role"] == "tool"
+    assert no_alt == 400 and refused["error"]["status"] == "INVALID_ARGUMENT"
+    assert "add ?alt=sse" in refused["error"]["message"]
 
 
 def raw_post(port: int, path: str, body: dict, headers: dict) -> tuple[int, str, list[dict]]:

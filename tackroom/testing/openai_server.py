@@ -43,7 +43,7 @@ from typing import Any
 from tackroom.core.policy import ToolCall
 from tackroom.wire import ApiError, Completion, HttpServer, Limits, Request, Shape, dumps, loads
 from tackroom.wire import Reply as HttpReply
-from tackroom.wire.dialect import Dialect, dialect_error_reply, find, sse
+from tackroom.wire.dialect import Dialect, dialect_error_reply, find, query_of, sse
 from tackroom.wire.http11 import Gone
 from tackroom.wire.server import fd_ceiling
 
@@ -306,7 +306,7 @@ class ScriptedOpenAIServer:
             if request.path.endswith("/models"):
                 return self._models()
             return dialect_error_reply(None, ApiError(404, f"no route {method} {target}"))
-        found = find(method, request.path)
+        found = find(method, request.path, query_of(request.target))
         if found is None or found[1].method != method:
             self._record(RecordedRequest(method, target, headers, _json_or_text(request.body)))
             return dialect_error_reply(None, ApiError(404, f"no route {method} {target}"))

@@ -5,9 +5,8 @@ Routes: ``POST /v1beta/models/MODEL:generateContent`` and ``:streamGenerateConte
 .../models/MODEL:countTokens`` (kind ``count_tokens``), and ``GET /v1beta/models[/MODEL]``.
 The model is named in the path. A stream is server-sent events (``?alt=sse``,
 what google-genai and Gemini CLI ask for); without ``alt=sse`` Google streams one
-JSON array instead, which is refused with a 400 saying to add it — where the
-server lets the query reach the route (a server matching the path alone answers
-every stream as events).
+JSON array instead, which is refused with a 400 saying to add it (servers match
+``path?query`` first: :func:`~tackroom.wire.dialect.find`).
 
 The request becomes chat messages, in order:
 
@@ -216,9 +215,11 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
             params = raw if raw is not None else _field(decl, "parameters")
             if params is not None and not isinstance(params, dict):
                 raise _bad(f"{here}.parameters must be a schema object", here)
-            fn["parameters"] = params if raw is not None else \
-                json_schema(params) if params is not None else {"type": "object",
-                                                                 "properties": {}}
+            try:
+                fn["parameters"] = params if raw is not None else json_schema(params) \
+                    if params is not None else {"type": "object", "properties": {}}
+            except RecursionError:  # a hostile schema nested as deep as JSON allows
+                raise _bad(f"{here}.parameters is nested too deeply", here) from None
             out.append({"type": "function", "function": fn})
     return out
 
@@ -485,10 +486,8 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _stream_query(query: str | None) -> None:
-    """Refuse a stream asked for as a JSON array (no ``alt=sse``), when the query is seen."""
-    if query is None:
-        return  # the server matched the path alone: every client we know asks for SSE
-    alt = parse_qs(query).get("alt", [""])[-1]
+    """Refuse a stream asked for as a JSON array (no ``alt=sse``: Google's default)."""
+    alt = parse_qs(query or "").get("alt", [""])[-1]
     if alt != "sse":
         raise _bad("streamGenerateContent is answered as server-sent events only: add "
                    "?alt=sse to the URL (google-genai and Gemini CLI do); a JSON-array "
