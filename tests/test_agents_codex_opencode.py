@@ -6,25 +6,31 @@ chat completions. Each CLI's expert solves 3 code and 3 terminal tasks; OpenCode
 title call (made without ``--title``) is a labelled side call; a tiny model behind
 ``tackroom serve`` completes an episode under each with the served token ids and
 log-probs on every agent turn. The reachability probe for both is a row of
-tests/test_agents.py.
+tests/test_agents.py. One fast test: the exec-command expert answers Codex's captured
+requests in Codex's own format.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import openai
 import pytest
 
 import tackroom
+from tackroom.agents.experts import make_agent_expert
 from tackroom.agents.install import ensure_installed
+from tackroom.core.actions import Shell
 from tackroom.core.policy import Sampling
+from tackroom.gateway import ModelGateway
 from tackroom.harness.spec import load_harness
 from tackroom.sandbox import sandbox_available
 from tackroom.serve import ServerThread
 
-pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="needs bubblewrap"),
-              pytest.mark.slow]
+CODEX = Path(__file__).parent / "fixtures" / "dialects" / "codex"
 
 TERMINAL_TASKS = ["csv-column-sum", "archive-logs", "count-errors"]
 CODE_TASKS = ["add-business-days", "allocate-ratios", "args-double-dash"]
@@ -33,7 +39,15 @@ CODE_TASKS = ["add-business-days", "allocate-ratios", "args-double-dash"]
 CLIS = {"codex": "exec_command", "opencode": "bash"}
 
 
-@pytest.fixture(scope="module", autouse=True)
+def runs_the_clis(test):
+    """Marks a test that runs the CLIs in the sandbox: slow, and the CLIs installed first."""
+    for mark in (pytest.mark.usefixtures("installed"), pytest.mark.slow,
+                 pytest.mark.skipif(not sandbox_available(), reason="needs bubblewrap")):
+        test = mark(test)
+    return test
+
+
+@pytest.fixture(scope="module")
 def installed():
     """Both CLIs in the shared cache, side by side (a cache hit after the first run)."""
     with ThreadPoolExecutor(len(CLIS)) as pool:
@@ -42,6 +56,7 @@ def installed():
 
 @pytest.mark.parametrize("suite", ["code", "terminal"])
 @pytest.mark.parametrize("cli", list(CLIS))
+@runs_the_clis
 def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, cli, suite):
     tasks = CODE_TASKS if suite == "code" else TERMINAL_TASKS
     run = tackroom.evaluate(suite, tasks=tasks, harnesses=[cli], policies=["expert"],
@@ -68,6 +83,7 @@ def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, cli,
         assert CLIS[cli] in [t["function"]["name"] for t in agent["tools"]]
 
 
+@runs_the_clis
 def test_opencodes_title_call_without_title_flag_is_a_labelled_side_call(tmp_path):
     """Without ``--title`` OpenCode first asks the model for a session title (no tools): the
     call is recorded, labelled a side call, answered without using the expert's script and
@@ -88,6 +104,7 @@ def test_opencodes_title_call_without_title_flag_is_a_labelled_side_call(tmp_pat
     assert agent["agent_turns"] == 2 and agent["refused_calls"] == 0, agent
 
 
+@runs_the_clis
 def test_a_tiny_model_completes_episodes_under_each_cli(tmp_path, tiny_chat_dir, monkeypatch):
     """gateway -> ``tackroom serve`` -> a random model: every agent turn of either CLI has
     the served token ids and log-probs, whatever API it came in; the episodes end as the
@@ -116,3 +133,28 @@ def test_a_tiny_model_completes_episodes_under_each_cli(tmp_path, tiny_chat_dir,
             assert turn.completion_tokens == len(turn.token_ids)
             assert turn.messages[0]["role"] == "system"  # the CLI's own, translated
         assert tool in [t["function"]["name"] for t in agent["tools"]]
+
+
+async def test_the_exec_command_expert_answers_codexs_captured_requests_in_its_format():
+    """Codex's own requests (tests/fixtures/dialects/codex) through the gateway's Responses
+    dialect: the expert calls exec_command with the script as its ``cmd`` string, then ends
+    the run in plain text."""
+    expert = make_agent_expert([Shell("echo hello > out.txt")], "exec-command")
+    bodies = [json.loads((CODEX / f"codex-0.171.0-{n}.json").read_text())
+              for n in ("first-turn", "tool-result")]
+    async with ModelGateway(policy=expert) as gw:
+        route = gw.open_episode(Sampling(temperature=0.0), policy=expert, max_turns=2)
+        client = openai.AsyncOpenAI(base_url=route.base_url, api_key=route.token,
+                                    max_retries=0, timeout=30)
+        # The body as Codex sent it; the keys the SDK does not know go as they are.
+        known = set(inspect.signature(client.responses.create).parameters)
+        replies = [await client.responses.create(
+            **{k: v for k, v in b.items() if k in known and k != "stream"},
+            extra_body={k: v for k, v in b.items() if k not in known}) for b in bodies]
+        gw.close_episode(route.token)
+    [call] = [i for i in replies[0].output if i.type == "function_call"]
+    assert call.name == "exec_command"
+    assert json.loads(call.arguments) == {"cmd": "set -e\necho hello > out.txt",
+                                          "yield_time_ms": 30000}
+    assert replies[1].output_text == "The task is done."
+    assert [(t.side, t.thread) for t in route.turns] == [(None, 0), (None, 0)]
