@@ -170,3 +170,25 @@ def test_show_prints_the_cli_run_and_labels_side_calls(tmp_path: Path) -> None:
     assert "1 agent turn(s), 1 side call(s)" in out
     assert "Error: the last words" in out and "line 99" in out
     assert "line 5\n" not in out and "earlier line(s)" in out  # the tail, not all of it
+
+
+@pytest.mark.slow
+def test_an_infra_error_caused_by_the_harness_config_does_not_advise_resume(tmp_path) -> None:
+    # mini-swe-agent offers a shell tool with a 'command' parameter; an expert that needs
+    # Codex's 'cmd' cannot answer it: the harness is misconfigured, re-running cannot help.
+    import tackroom
+    from tackroom.sandbox import sandbox_available
+
+    if not sandbox_available():
+        pytest.skip("needs bubblewrap")
+    shipped = Path(tackroom.__file__).parent / "harness" / "agents" / "mini-swe-agent.toml"
+    text = shipped.read_text().replace('name = "mini-swe-agent"', 'name = "mini-misfit"')
+    assert 'expert = "shell-tool"' in text
+    misfit = tmp_path / "mini-misfit.toml"
+    misfit.write_text(text.replace('expert = "shell-tool"', 'expert = "exec-command"'))
+    run = tackroom.evaluate("terminal", tasks=["csv-column-sum"], harnesses=[str(misfit)],
+                            policies=["expert"], seeds=[0], store=tmp_path / "r.duckdb")
+    [final] = run.final_episodes()
+    assert final["outcome"] == "infra_error"
+    assert "offered no exec tool" in final["error"] and "mini-misfit" in final["error"]
+    assert "--resume" not in final["error"] and "[agent] table" in final["error"]

@@ -176,10 +176,6 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
         # It needed an API the gateway does not speak: that, not the harness file, is the cause.
         raise InfraError(missing, "gateway", "use a CLI (or CLI setting) whose API the gateway "
                          "answers (docs/agents.md, dialects), or add a dialect for this one")
-    if not route.turns and info.get("exit") not in (0, None):
-        raise InfraError(f"the {agent['cli']} CLI exited {info.get('exit')} before its first "
-                         f"model call: {_tail(info.get('output', ''))}", spec.harness.name,
-                         "check the harness's [agent] command and environment")
     if any(e.get("status", 0) >= 500 and e.get("kind") in _CONFIG_ERRORS for e in route.errors):
         # The harness's own setup failed the call (its expert format cannot answer this CLI):
         # re-running it as it is would fail the same way, so no --resume here.
@@ -187,6 +183,10 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
                          f"{route.errors[-1].get('message', '')[:300]}", spec.harness.name,
                          "fix the harness's [agent] table (its expert format, command or "
                          "settings), then run it again")
+    if not route.turns and info.get("exit") not in (0, None):
+        raise InfraError(f"the {agent['cli']} CLI exited {info.get('exit')} before its first "
+                         f"model call: {_tail(info.get('output', ''))}", spec.harness.name,
+                         "check the harness's [agent] command and environment")
     if any(e.get("status", 0) >= 500 for e in route.errors):
         raise InfraError(f"the model backend failed under {agent['cli']}: "
                          f"{route.errors[-1].get('message', '')[:300]}", spec.policy.id,
