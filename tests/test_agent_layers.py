@@ -107,6 +107,7 @@ def test_a_second_run_builds_nothing_and_a_changed_pin_builds_one_layer(layers):
     finally:
         if entry is not None:  # so that the next run builds it again
             shutil.rmtree(entry, ignore_errors=True)
+            entry.with_name(entry.name + ".lock").unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("harness", ["mini-swe-agent", "qwen-code"])
