@@ -58,8 +58,12 @@ Choices, and why:
   Server-Sent Events whose deltas concatenate to exactly the non-streaming reply
   (text, tool calls with ids, finish reason; a usage chunk when
   ``stream_options.include_usage``).
+* **Side calls are told from agent turns** (:mod:`tackroom.gateway.calls`): a
+  CLI's session title, summary or sub-agent call is recorded as a turn labelled
+  ``side`` (and each call's ``thread``), answered by a scripted expert's
+  ``side_reply`` instead of a step of its script, and never counted in the budget.
 * **A turn budget per route**: ``open_episode(..., max_turns=N)`` answers N
-  calls (those in flight count) and refuses every later one with a 400, code
+  agent turns (those in flight count) and refuses every later one with a 400, code
   ``budget_exhausted`` — an error no client library retries (more than once),
   so a CLI that has no turn limit of its own, or ignores it, ends its run
   there. Refused calls never reach the policy and are counted in
