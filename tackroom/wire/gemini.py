@@ -337,8 +337,11 @@ def _part_kind(part: Any, where: str) -> str | None:
     if not isinstance(part, dict):
         raise _bad(f"{where} must be an object (a part)", where)
     for kind in ("text", "functionCall", "functionResponse"):
-        if _field(part, kind) is not None:
+        if part.get(kind) is not None:  # as clients send them: no snake-case look-up
             return kind
+    for kind in ("function_call", "function_response"):
+        if part.get(kind) is not None:
+            return _camel(kind)
     for kind, what in _REFUSED_PARTS.items():
         if _field(part, kind) is not None:
             raise _bad(f"{where} is {what}; this server passes on text, functionCall and "
