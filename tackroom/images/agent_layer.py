@@ -77,8 +77,9 @@ NODE_VERSION = "20.20.2"
 #: Marks a finished agent layer; holds what it is.
 DONE = "agent.json"
 #: The runtimes: a Node CLI's (trixie: Node 20, as the CLIs need) and a Python CLI's.
-_NODE_RUNTIME = ("trixie", ("nodejs", "npm", "python3", "python3-venv", "patchelf"))
-_PYTHON_RUNTIMES = {"3.11": ("bookworm", ("python3", "python3-venv", "patchelf")),
+_NODE_RUNTIME: tuple[str, tuple[str, ...]] = (
+    "trixie", ("nodejs", "npm", "python3", "python3-venv", "patchelf"))
+_PYTHON_RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {"3.11": ("bookworm", ("python3", "python3-venv", "patchelf")),
                     "3.13": ("trixie", ("python3", "python3-venv", "patchelf"))}
 _DEFAULT_PYTHON = "3.11"
 

@@ -127,7 +127,8 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
                   "turns": str(turns)}
         argv = fill_command(agent["command"], values, _task_files(obs))
         if layer is not None:
-            argv, ro_binds = layer.command(argv, gateway.unix_socket, _FORWARD, SANDBOX_PORT)
+            argv, ro_binds = layer.command(argv, str(gateway.unix_socket), _FORWARD,
+                                           SANDBOX_PORT)
         else:
             ro_binds = {str(tool): str(tool)}
             if (runtime := runtime_dir(Path(tool))) is not None:  # e.g. a pyenv Python 3.12
