@@ -243,8 +243,8 @@ def test_only_the_cli_imports_the_cli():
 #: share: the Suite table, Chrome, the reaper). README.md's "Layout" states the same order.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),                                          # the nouns, errors, cache, registry
-    ("harness", "images", "agents", "suites", "testing", "wire"),  # episode parts; HTTP rules
-    ("policies", "records", "sandbox"),                 # who acts; where it is kept; the box
+    ("harness", "images", "agents", "suites", "wire"),  # episode parts; HTTP rules
+    ("policies", "records", "sandbox", "testing"),      # who acts; kept; the box; test servers
     ("serve",),                                         # a policy behind HTTP
     ("gateway",),                                       # the recording model gateway
     ("runner",),                                        # the episode loop and the grid
