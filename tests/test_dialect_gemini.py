@@ -639,3 +639,41 @@ def test_serve_refuses_in_googles_shape(served):
         c.models.generate_content(model=served.model_name, contents="hi",
                                   config=types.GenerateContentConfig(top_k=64))
     assert e.value.code == 400 and "'generationConfig.topK' other than -1/0" in e.value.message
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                    | WORDS, lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(WORDS, inner, max_size=3), max_leaves=8)
+FULL = {"systemInstruction": {"parts": [{"text": "be brief"}]},
+        "contents": [{"role": "user", "parts": [{"text": "go"}]}, CALL, {"role": "user", "parts": [
+            {"functionResponse": {"name": "bash", "response": {"output": "a.py"}}}]}],
+        "tools": [{"functionDeclarations": [{"name": "bash", "parameters": {
+            "type": "OBJECT", "properties": {"cmd": {"type": "STRING"}}}}]}],
+        "toolConfig": {"functionCallingConfig": {"mode": "ANY"}},
+        "generationConfig": {"temperature": 0.5, "stopSequences": ["x"], "candidateCount": 1,
+                             "responseModalities": ["TEXT"], "responseMimeType": "text/plain"}}
+
+
+def _places(value, path=()):
+    yield path
+    items = value.items() if isinstance(value, dict) else \
+        enumerate(value) if isinstance(value, list) else ()
+    for key, child in items:
+        yield from _places(child, (*path, key))
+
+
+@given(st.data())
+@settings(max_examples=150, deadline=None)
+def test_any_value_anywhere_is_read_or_refused_with_a_400(data):
+    """A hostile client: any JSON value in place of any part of a good request is either read
+    or a 400 naming what to change, never another exception (a 500)."""
+    body = json.loads(json.dumps(FULL))
+    place = data.draw(st.sampled_from(list(_places(body))[1:]))
+    node = body
+    for key in place[:-1]:
+        node = node[key]
+    node[place[-1]] = data.draw(JSON)
+    try:
+        parse_chat(to_chat(body, match("/v1beta/models/m:generateContent")))
+    except ApiError as e:
+        assert e.status == 400 and e.message

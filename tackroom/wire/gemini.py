@@ -281,7 +281,8 @@ def _config(config: Any, chat: dict[str, Any]) -> None:
                        "generationConfig.responseLogprobs")
         chat["logprobs"] = wants
     modalities = config.get("responseModalities")
-    if modalities is not None and [str(m).upper() for m in modalities or []] not in ([], ["TEXT"]):
+    if modalities is not None and (not isinstance(modalities, list) or [
+            str(m).upper() for m in modalities] not in ([], ["TEXT"])):
         raise _bad(f"generationConfig.responseModalities is {json.dumps(modalities)[:60]}; "
                    "this server answers with text only ([\"TEXT\"])",
                    "generationConfig.responseModalities")
