@@ -137,7 +137,8 @@ class ScriptedOpenAIServer:
     ``script`` is a list of replies (a ``str`` is a text reply), consumed in the
     order model calls arrive, or a callable ``(request_json) -> Reply | str | None``
     called for each model call (with the chat-completions body the call means, in
-    whichever dialect it came; it may block: it runs in a thread of its own).
+    whichever dialect it came), one call at a time, off the server's event loop: it
+    may block (later calls then wait for it; the connections stay served).
     When the list runs out (or the callable returns ``None``) the server answers
     ``default`` if given, else HTTP 500 saying the script is exhausted.
     ``models`` (when given) is what ``/v1/models`` lists, and a request for any
@@ -167,6 +168,7 @@ class ScriptedOpenAIServer:
         self.huge_models = huge_models
         self._host, self._port = host, port
         self._lock = threading.Lock()
+        self._script_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
@@ -281,7 +283,8 @@ class ScriptedOpenAIServer:
                 nxt = None
             n_chat = sum(1 for r in self.received if r.dialect is not None)
         if self._script is not None:
-            nxt = self._script(chat)
+            with self._script_lock:  # one call at a time, as a script written for a list is
+                nxt = self._script(chat)
         if nxt is None:
             nxt = self.default
         if nxt is None:
