@@ -192,3 +192,10 @@ def test_an_infra_error_caused_by_the_harness_config_does_not_advise_resume(tmp_
     assert final["outcome"] == "infra_error"
     assert "offered no exec tool" in final["error"] and "mini-misfit" in final["error"]
     assert "--resume" not in final["error"] and "[agent] table" in final["error"]
+
+
+def test_a_retried_call_stays_in_its_thread() -> None:
+    calls = CallClassifier()
+    body = opencode("first-turn")
+    assert [classify(calls, body).thread for _ in range(3)] == [0, 0, 0]
+    assert len(calls.threads) == 1

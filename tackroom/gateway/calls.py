@@ -20,7 +20,8 @@ The rules, generic first (:class:`CallClassifier`):
 1. A harness's hint (``[agent] side_calls``, see :func:`read_rules`) that matches
    the call's system prompt, last user message or model name labels it.
 2. A call that continues a thread (that thread's last messages are a prefix of
-   its own) is in that thread, of that thread's kind — except a call with no
+   its own; the same messages again: a retry) is in that thread, of that
+   thread's kind — except a call with no
    tools that continues an agent thread that had them: a summary.
 3. Otherwise, with no agent thread yet, it starts the agent thread.
 4. With no tools while the agent thread has tools: a side call (``title`` or
@@ -198,7 +199,7 @@ class CallClassifier:
             if rule.matches(system, user, model or ""):
                 return self._place(rule.label, normal, system, names, bool(tools))
         for t in reversed(self.threads):  # 2
-            if len(t.last) < len(normal) and normal[:len(t.last)] == t.last:
+            if len(t.last) <= len(normal) and normal[:len(t.last)] == t.last:
                 if t.side is None and t.has_tools and not tools:
                     return self._new("summary", normal, system, names, False)
                 t.last = normal
@@ -222,7 +223,7 @@ class CallClassifier:
     def _place(self, label: str, normal: list[Any], system: str, names: str,
                has_tools: bool) -> Call:
         for t in reversed(self.threads):
-            if t.side == label and len(t.last) < len(normal) and normal[:len(t.last)] == t.last:
+            if t.side == label and len(t.last) <= len(normal) and normal[:len(t.last)] == t.last:
                 t.last = normal
                 return Call(label, t.id)
         return self._new(label, normal, system, names, has_tools)
