@@ -6,7 +6,8 @@ CLI in Gemini's ``streamGenerateContent``, and asks the backend in chat
 completions. Each CLI's expert solves 3 code and 3 terminal tasks; a tiny model
 behind ``tackroom serve`` completes an episode under each with the served token
 ids and log-probs on every agent turn; each CLI's own sub-agent's calls are
-labelled side calls in threads of their own. The reachability probe has a row per CLI
+labelled side calls in threads of their own; each stops itself at its turn budget.
+The reachability probe has a row per CLI
 in tests/test_agents.py. The requests each CLI sent, captured, are in
 tests/fixtures/dialects/claude-code and gemini-cli.
 """
@@ -183,3 +184,26 @@ def test_each_clis_sub_agent_calls_are_labelled_side_calls_in_threads_of_their_o
     assert middle and all(t.side == "subagent" and t.thread > 0 for t in middle), [
         (t.side, t.thread) for t in ep.turns]
     assert any(m.get("role") == "tool" for m in last.messages)  # the sub-agent's answer
+
+
+@pytest.mark.usefixtures("installed")
+@needs_sandbox
+@pytest.mark.slow
+def test_each_cli_stops_itself_at_its_turn_budget(tmp_path, monkeypatch):
+    """Given ``[budget] turns`` as its own limit (Claude Code's ``--max-turns``, exit 1; Gemini
+    CLI's ``model.maxSessionTurns``, exit 53), each CLI makes that many calls and stops: the
+    gateway has nothing to refuse. Under a one-call budget the expert's one call runs the
+    whole solution, so the task is solved all the same."""
+    monkeypatch.setenv("TACKROOM_HARNESS_PATH", str(tmp_path))
+    for cli in CLIS:
+        (tmp_path / f"{cli}-1.toml").write_text(
+            f'extends = "{cli}"\nname = "{cli}-1"\n[budget]\nturns = 1\nwall_seconds = 300\n')
+    run = tackroom.evaluate("terminal", tasks=["csv-column-sum"],
+                            harnesses=[f"{cli}-1" for cli in CLIS], policies=["expert"],
+                            seeds=[0], store=tmp_path / "r.duckdb")
+    episodes = {ep.harness: ep for ep in run.load_episodes()}
+    for cli, status in (("claude-code", 1), ("gemini-cli", 53)):
+        ep = episodes[f"{cli}-1"]
+        agent = ep.meta["agent"]
+        assert ep.outcome.value == "success", (ep.error, agent.get("output"))
+        assert (agent["exit"], agent["calls"], agent["refused_calls"]) == (status, 1, 0), agent
