@@ -7,9 +7,8 @@ completions. Each CLI's expert solves 3 code and 3 terminal tasks; a tiny model
 behind ``tackroom serve`` completes an episode under each with the served token
 ids and log-probs on every agent turn; each CLI's own sub-agent's calls are
 labelled side calls in threads of their own; each stops itself at its turn budget.
-The reachability probe has a row per CLI
-in tests/test_agents.py. The requests each CLI sent, captured, are in
-tests/fixtures/dialects/claude-code and gemini-cli.
+The reachability probe has a row per CLI in tests/test_agents.py. The requests each
+CLI sent, captured, are in tests/fixtures/dialects/claude-code and gemini-cli.
 """
 
 from __future__ import annotations
