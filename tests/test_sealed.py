@@ -76,6 +76,12 @@ def test_sealed_eval_reports_every_cell_with_the_manifest_hash(tmp_path, clicks_
         assert "1 (task, harness) pairs cannot be expressed" in out
 
         out = invoke("eval", "--sealed", str(manifest), "--db", db)
+    if "Sealed evaluation" not in out:  # what the store holds, to tell a lost print from a lost run
+        with RecordStore(db) as store:
+            runs = store.runs()
+            eps = [store.episodes(run_id=r["run_id"]) for r in runs]
+        pytest.fail(f"no results printed; runs={runs} episodes={[len(e) for e in eps]} "
+                    f"output={out!r}")
     assert f"manifest sha256:{digest}" in out and "Sealed evaluation" in out
     assert "cannot express" in out and "html-commands (held out)" in out
 
