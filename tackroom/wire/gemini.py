@@ -66,8 +66,7 @@ from urllib.parse import parse_qs, unquote
 
 from tackroom.wire.dialect import Dialect, Route, register_dialect
 from tackroom.wire.errors import ApiError
-from tackroom.wire.replies import Completion, Shape
-from tackroom.wire.replies import _content_deltas as content_deltas
+from tackroom.wire.replies import Completion, Shape, content_deltas
 
 __all__ = ["GEMINI", "count", "error", "events", "json_schema", "reply", "to_chat"]
 

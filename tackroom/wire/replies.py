@@ -22,7 +22,7 @@ from typing import Any
 from tackroom.core.policy import PolicyResponse, ToolCall
 from tackroom.wire.errors import dumps
 
-__all__ = ["Completion", "Shape", "completion_body", "fixed_calls", "from_response",
+__all__ = ["Completion", "Shape", "completion_body", "content_deltas", "fixed_calls", "from_response",
            "sse_events", "stream_chunks"]
 
 
@@ -132,7 +132,7 @@ def completion_body(c: Completion, shape: Shape, *, rid: str | None = None,
     return out
 
 
-def _content_deltas(c: Completion, pieces: list[str]) -> list[str]:
+def content_deltas(c: Completion, pieces: list[str]) -> list[str]:
     """What each token adds to ``content``; joined, exactly ``content``."""
     n = len(pieces)
     content = c.content or ""
@@ -174,7 +174,7 @@ def stream_chunks(c: Completion, shape: Shape, *, rid: str | None = None,
         first["prompt_token_ids"] = list(c.prompt_token_ids)
     yield first
     if c.pieces is not None:  # one chunk per token
-        for k, delta in enumerate(_content_deltas(c, c.pieces)):
+        for k, delta in enumerate(content_deltas(c, c.pieces)):
             extra: dict[str, Any] = {}
             if c.logprob_entries is not None:
                 extra["logprobs"] = {"content": [c.logprob_entries[k]], "refusal": None}

@@ -72,8 +72,7 @@ from typing import Any
 
 from tackroom.wire.dialect import Dialect, Route, register_dialect
 from tackroom.wire.errors import ApiError
-from tackroom.wire.replies import Completion, Shape
-from tackroom.wire.replies import _content_deltas as content_deltas
+from tackroom.wire.replies import Completion, Shape, content_deltas
 
 __all__ = ["RESPONSES", "ToolSet", "count", "error", "events", "read_tools", "reply", "to_chat"]
 
