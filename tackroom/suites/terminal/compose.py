@@ -1,14 +1,20 @@
 """A task's ``docker-compose.yaml``: its main environment and the services beside it.
 
 Terminal-Bench and Harbor tasks may declare services next to the container the
-agent works in. tackroom runs one environment per task, so a service runs
-when it is a *program of the task's own image* — built from the same
-Dockerfile (or naming the same image) with a ``command`` of its own: it is
-started in the episode's tree before the agent, in a network namespace the
-episode's sandboxes share (only a loopback: they reach each other, nothing
-else), its name resolving to ``127.0.0.1``. A service of another image
-(``image: redis``, ``build: ./other``) makes the task unsupported, with the
-reason.
+agent works in. A service runs when it is either
+
+* a *program of the task's own image* — built from the same Dockerfile (or
+  naming the same image) with a ``command`` of its own: it is started in the
+  episode's tree; or
+* a *mapped image* — ``image: redis``, ``postgres``, ``mysql``, ``mariadb``,
+  ``nginx`` (any tag; :mod:`tackroom.images.services`): it runs on a Debian root
+  file system of its own holding the server's packages.
+
+Either way it starts before the agent, in a network namespace the episode's
+sandboxes share (only a loopback: they reach each other, nothing else), its
+name resolving to ``127.0.0.1``. Any other image, a build of another context
+(``build: ./other``) or a bind-mounted host path makes the task unsupported,
+with the reason.
 """
 
 from __future__ import annotations
@@ -18,19 +24,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tackroom.images.services import SERVICE_IMAGES, ServiceImage, service_image
+
 #: The names compose files go by, in the order Docker looks for them.
 COMPOSE_FILES = ("compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml")
 
 
 @dataclass(frozen=True)
 class Service:
-    """A service that runs as a program of the task's image."""
+    """A service beside the agent: a program of the task's image, or a mapped image's server.
+
+    For a mapped image (``image`` set), ``argv`` holds the server's flags only (the
+    compose ``command``'s), and :attr:`runs` says how it starts and when it is ready.
+    """
 
     name: str
     argv: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
     ports: tuple[int, ...] = ()  # what it listens on: waited for before the episode starts
+    image: str = ""  # another image's name (``postgres:16``); empty: the task's own image
+
+    @property
+    def runs(self) -> ServiceImage | None:
+        """How the mapped image runs (``None`` for a program of the task's own image)."""
+        return service_image(self.image) if self.image else None
 
 
 @dataclass(frozen=True)
@@ -72,9 +90,11 @@ def read_compose(path: Path) -> Compose:
         if name == main:
             continue
         if not _same_image(spec, specs[main]):
-            what = f"image {spec['image']}" if spec.get("image") else "an image of its own"
-            return Compose(main, unsupported=f"{path.name}: service {name!r} runs {what}; "
-                           "tackroom runs services only as programs of the task's own image")
+            other = _other_image(path.name, name, spec)
+            if isinstance(other, str):
+                return Compose(main, unsupported=other)
+            extra.append(other)
+            continue
         argv = _argv(spec.get("entrypoint"), spec.get("command"))
         if not argv:
             return Compose(main, unsupported=f"{path.name}: service {name!r} has no command "
@@ -82,6 +102,43 @@ def read_compose(path: Path) -> Compose:
         extra.append(Service(name, argv, _env(spec.get("environment")),
                              spec.get("working_dir"), _ports(spec)))
     return Compose(main, tuple(extra))
+
+
+def _other_image(file: str, name: str, spec: dict[str, Any]) -> Service | str:
+    """The service of another image, or why it cannot run (a line)."""
+    image = str(spec.get("image") or "")
+    runs = service_image(image) if image and "build" not in spec else None
+    if runs is None:
+        what = f"image {image}" if image and "build" not in spec else "an image of its own"
+        return (f"{file}: service {name!r} runs {what}; tackroom runs services only as "
+                "programs of the task's own image or as one of the images "
+                f"{', '.join(SERVICE_IMAGES)} (any tag)")
+    if spec.get("entrypoint") is not None:
+        return (f"{file}: service {name!r} ({image}) sets an entrypoint; tackroom starts "
+                f"{runs.name}'s server itself")
+    flags = runs.server_args(_argv(None, spec.get("command")))
+    if flags is None:
+        return (f"{file}: service {name!r} ({image}) runs a command other than the server "
+                f"({' '.join(runs.servers)}), which tackroom does not start")
+    mounts = _host_mounts(spec.get("volumes"))
+    if mounts:
+        return (f"{file}: service {name!r} ({image}) mounts {', '.join(mounts)} from the "
+                "host, which tackroom does not do for services of other images")
+    return Service(name, flags, _env(spec.get("environment")), None, (runs.port,), image)
+
+
+def _host_mounts(volumes: Any) -> list[str]:
+    """The host paths among compose ``volumes`` (named volumes are only storage: left out)."""
+    found = []
+    for item in volumes or []:
+        if isinstance(item, dict):
+            if item.get("type") == "bind":
+                found.append(str(item.get("source", "")))
+            continue
+        source = str(item).split(":", 1)[0]
+        if ":" in str(item) and source.startswith((".", "/", "~", "$")):
+            found.append(source)
+    return found
 
 
 def _main(specs: dict[str, dict[str, Any]]) -> str:
