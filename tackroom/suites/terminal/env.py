@@ -53,6 +53,7 @@ from tackroom.sandbox import (
 )
 from tackroom.suites.terminal.compose import Service
 from tackroom.suites.terminal.environment import Prepared, prepare, split_tests
+from tackroom.suites.terminal.image_services import ImageService
 from tackroom.suites.terminal.shell_session import KEYS, ShellSession
 from tackroom.suites.terminal.taskdir import TaskDir
 from tackroom.suites.terminal.verdict import (
@@ -96,7 +97,8 @@ class TerminalEnv:
         self.root: EpisodeRoot | None = None  # the episode's tree, on a built environment
         self.prepared: Prepared | None = None
         self.netns: int | None = None  # shared with the task's services, when it has some
-        self._services: list[tuple[Service, Sandbox | None, subprocess.Popen | None, Any]] = []
+        self._services: list[tuple[Service, Sandbox | ImageService | None,
+                                   subprocess.Popen | None, Any]] = []
 
     # -- set-up -----------------------------------------------------------------------
     @property
@@ -376,6 +378,11 @@ class TerminalEnv:
         life = Limits(wall_s=self.td.agent_timeout_s + self.td.verifier_timeout_s + 600,
                       memory_mb=self.td.memory_mb, disk_mb=self.td.disk_mb)
         for svc in services:
+            if svc.image:  # another image's server, on a tree of its own (image_services.py)
+                self._services.append((svc, ImageService(
+                    svc, hosts=hosts, log=self._tmp / f"service-{svc.name}.log",
+                    netns=self.netns, container=self.container), None, None))
+                continue
             cwd = svc.workdir or self.td.workdir
             if self.container is not None:
                 self.container.exec_detached(list(svc.argv), svc.env, cwd)
@@ -388,7 +395,9 @@ class TerminalEnv:
             proc = box.popen(list(svc.argv), {**self._env(), **svc.env},
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
             self._services.append((svc, box, proc, log))
-        for svc, _box, started, _log in self._services:
+        for svc, box, started, _log in self._services:
+            if isinstance(box, ImageService):
+                box.wait_ready()
             for port in svc.ports:
                 self._wait_for(svc, started, port)
 
