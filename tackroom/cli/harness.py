@@ -96,7 +96,8 @@ def tasks_import(directory: Annotated[Path, typer.Argument(
         # A kept, checked task: its tests failed untouched and passed after its solution.
         untouched, oracle = (("fails", "passes" if r.has_oracle else "none")
                              if r.checked else ("not run", "not run")) if r.imported else ("", "")
-        note = escape(r.reason) if not r.imported else escape(str(r.log or ""))
+        note = escape(r.reason) if not r.imported else escape(
+            "\n".join([*r.notes, *([str(r.log)] if r.log else [])]))
         table.add_row(escape(r.id), "[green]yes[/green]" if r.imported else "[yellow]skipped[/]",
                       escape(r.environment or ("host system" if r.imported else "")), untouched,
                       oracle, note)

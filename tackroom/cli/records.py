@@ -145,7 +145,8 @@ def _replay(ep, full: bool) -> None:
         console.print(_agent_panel(agent, ep.turns))
     verifier = ep.meta.get("verifier") if isinstance(ep.meta, dict) else None
     if isinstance(verifier, dict):
-        console.print(Panel(escape(str(verifier.get("output") or "(no output)")),
+        notes = "".join(f"note: {n}\n" for n in verifier.get("notes") or [])
+        console.print(Panel(escape(notes + str(verifier.get("output") or "(no output)")),
                             title=f"verifier (exit {escape(str(verifier.get('exit')))})"))
 
 

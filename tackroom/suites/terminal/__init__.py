@@ -92,9 +92,8 @@ class TerminalSuite:
 
     def expert(self, task: Task) -> Expert | None:
         td = self.task_dirs().get(task.id)
-        if td is None or td.solution is None:
-            return None
-        return SolutionExpert(td.solution.read_text())
+        script = td.solution_script() if td is not None else None
+        return SolutionExpert(script) if script is not None else None
 
     def make_env(self, task: Task) -> TerminalEnv:
         """A fresh environment for ``task``; refuses without bubblewrap unless unsafe-local."""

@@ -323,6 +323,10 @@ class TerminalEnv:
                                              "timed_out": res.timed_out}}
         if verdict.ctrf is not None:  # the test-by-test report Harbor's verifiers write
             info["verifier"]["ctrf"] = verdict.ctrf
+        if self.td.verifier_env:  # names only: the values are task.toml's
+            info["verifier"]["env"] = sorted(self.td.verifier_env)
+        if self.td.notes:  # what task.toml asked that the episode ran otherwise
+            info["verifier"]["notes"] = list(self.td.notes)
         text = f"Tests finished: reward {reward:g}.\n"
         return StepResult(self._obs(text), reward, not truncated, truncated, reward >= 1.0, info)
 
@@ -353,7 +357,7 @@ class TerminalEnv:
             with self._sandbox(limits, binds) as box:
                 self.sandbox = box
                 res = box.run(self._local(f"cd {self.td.workdir} && bash /tests/test.sh", binds),
-                              env={**self._env(),
+                              env={**self._env(), **self.td.verifier_env,
                                    **not_found_env(self._local(f"/logs/{MISSING_LOG}", binds))})
         finally:
             if root is not None and prepared is not None:
@@ -457,7 +461,7 @@ class TerminalEnv:
             self.sandbox = box
             res = box.run(self._local(f"cd {self.td.workdir} && bash /solution/solve.sh", binds),
                           timeout_s=max(self.td.verifier_timeout_s, self.limits.wall_s),
-                          env=self._env())
+                          env={**self._env(), **self.td.solution_env})
         self.sandbox = self._sandbox(self.limits)
         return res
 

@@ -88,6 +88,8 @@ class ImportResult:
     environment: str = ""
     #: The build's log, when there was a build.
     log: Path | None = None
+    #: What task.toml asks that its episodes run otherwise (``TaskDir.notes``).
+    notes: tuple[str, ...] = ()
 
 
 def _is_task(path: Path) -> bool:
@@ -190,7 +192,7 @@ def _import_one(src: Path, store: Path, builtin: frozenset[str], check: bool,
             shutil.rmtree(dest)
         shutil.copytree(staged, dest, symlinks=True)
     return ImportResult(task_id, src, True, checked=check, environment=environment, log=log,
-                        has_oracle=oracle)
+                        has_oracle=oracle, notes=td.notes)
 
 
 def _check(td: TaskDir, sandbox: str) -> str | None:

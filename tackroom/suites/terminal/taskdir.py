@@ -4,7 +4,8 @@ A Harbor task directory::
 
     instruction.md        what the agent is asked to do
     task.toml             [metadata] difficulty/category/tags, [agent] timeout_sec,
-                          [verifier] timeout_sec, [environment] memory_mb, [tackroom] ...
+                          [verifier] timeout_sec and env, [solution] env,
+                          [environment] memory_mb and the network asked for, [tackroom] ...
     environment/          files laid out in the task's working directory; an optional
                           environment/Dockerfile is read as a small subset (see below)
     tests/test.sh         the verifier: writes a reward to /logs/verifier/reward.txt
@@ -49,6 +50,10 @@ _NETWORK = re.compile(
 _RESERVED = ("/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/dev", "/tmp",
              "/logs", "/tests", "/solution", "/sys", "/root", "/home", "/var", "/run")
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")
+#: Harbor's network modes (``network_mode`` of [environment], [agent], [verifier]).
+NETWORK_MODES = ("public", "no-network", "allowlist")
+#: A whole env value that Harbor reads from the host: ``${VAR}`` or ``${VAR:-default}``.
+_HOST_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?\}", re.S)
 
 
 @dataclass
@@ -80,6 +85,13 @@ class TaskDir:
     #: "image": runs on the environment its Dockerfile builds; "host": on this machine's system.
     environment: str = "host"
     dockerfile: Path | None = None  # environment/Dockerfile, when there is one
+    #: ``[verifier] env`` and ``[solution] env``: set for tests/test.sh and for the solution.
+    verifier_env: dict[str, str] = field(default_factory=dict)
+    solution_env: dict[str, str] = field(default_factory=dict)
+    #: What task.toml asks that its episodes run otherwise (the network), a line each.
+    notes: tuple[str, ...] = ()
+    #: Why the task cannot run as task.toml says (an env value only the host has), or "".
+    refused: str = ""
 
     def compose(self) -> Compose:
         """The task's compose file, read: the services to run beside the agent."""
@@ -99,6 +111,14 @@ class TaskDir:
     def solution(self) -> Path | None:
         p = self.path / "solution" / "solve.sh"
         return p if p.is_file() else None
+
+    def solution_script(self) -> str | None:
+        """``solution/solve.sh`` with ``[solution] env`` exported first (the expert runs it as
+        one command, where no other way to set its variables exists); None without one."""
+        if self.solution is None:
+            return None
+        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.solution_env.items())
+        return exports + self.solution.read_text()
 
     @property
     def description(self) -> str:
@@ -208,11 +228,78 @@ def _apply_meta(td: TaskDir, meta: dict[str, Any]) -> None:
     if td.environment not in ("image", "host"):
         raise ValueError(f"[tackroom] environment must be \"image\" or \"host\", "
                          f"not {td.environment!r}")
+    td.verifier_env, verifier_refused = _env_table(meta, "verifier", td)
+    td.solution_env, solution_refused = _env_table(meta, "solution", td)
+    td.refused = verifier_refused or solution_refused
+    td.notes = (*_network_notes(meta), *td.notes)
     td.command_timeout_s = float(own.get("command_timeout_sec", td.command_timeout_s))
     td.memory_mb = int(own.get("memory_mb", td.memory_mb))
     td.disk_mb = int(own.get("disk_mb", td.disk_mb))
     if td.agent_timeout_s <= 0 or td.verifier_timeout_s <= 0 or td.command_timeout_s <= 0:
         raise ValueError("timeouts must be positive")
+
+
+def _env_table(meta: dict[str, Any], section: str, td: TaskDir) -> tuple[dict[str, str], str]:
+    """``[section] env``, and why the task is refused ("" if it is not).
+
+    Harbor resolves a whole value ``${VAR}`` / ``${VAR:-default}`` from the host's
+    environment when the trial starts. tackroom never reads this machine's variables into
+    an episode (they would be kept in its records, and differ from machine to machine): a
+    default is taken (noted), and a variable without one refuses the task.
+    """
+    table = meta.get(section, {}).get("env", {})
+    if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+        raise ValueError(f"[{section}] env must be a table of strings")
+    env: dict[str, str] = {}
+    for key, value in table.items():
+        m = _HOST_VAR.fullmatch(value)
+        if m is None:
+            env[key] = value
+        elif m.group(2) is not None:
+            env[key] = m.group(2)
+            td.notes += (f"[{section}] env {key} takes its default {m.group(2)!r}: tackroom "
+                         f"never reads this machine's ${m.group(1)}",)
+        else:
+            return {}, (f"task.toml's [{section}] env {key} = {value!r} reads this machine's "
+                        f"${m.group(1)}, which tackroom never passes into an episode (its "
+                        f"records would keep it); give it a default: ${{{m.group(1)}:-value}}")
+    return env, ""
+
+
+def _network_notes(meta: dict[str, Any]) -> list[str]:
+    """What task.toml asks of the network beyond what tackroom gives, a line each.
+
+    Episodes never have a network: an agent CLI reaches the model gateway only, the tests
+    nothing; builds reach the package registries only. Harbor's ``allow_internet`` (its
+    default: true) and ``network_mode`` (``public``, ``no-network``, ``allowlist`` with
+    ``allowed_hosts``) are read so that an episode says when it ran with less than asked; a
+    task that asks nothing gets no note.
+    """
+    notes = []
+    for section, who in (("environment", "its episodes run"), ("agent", "the agent runs"),
+                         ("verifier", "the tests run")):
+        table = meta.get(section, {})
+        mode, hosts = table.get("network_mode"), table.get("allowed_hosts", [])
+        if mode is not None and mode not in NETWORK_MODES:
+            raise ValueError(f"[{section}] network_mode must be one of "
+                             f"{', '.join(NETWORK_MODES)}, not {mode!r}")
+        if not isinstance(hosts, list):
+            raise ValueError(f"[{section}] allowed_hosts must be a list of host names")
+        internet = table.get("allow_internet") if section == "environment" else None
+        if internet is not None and not isinstance(internet, bool):
+            raise ValueError(f"[environment] allow_internet must be true or false, "
+                             f"not {internet!r}")
+        mode = mode or ("allowlist" if hosts else None)
+        if mode == "public" or (mode is None and internet):
+            asked = "network_mode = \"public\"" if mode else "allow_internet = true"
+        elif mode == "allowlist" and hosts:
+            asked = f"network_mode = \"allowlist\" ({', '.join(map(str, hosts))})"
+        else:
+            continue  # no network (or an empty allowlist): what tackroom gives
+        notes.append(f"task.toml's [{section}] {asked} is not given: {who} with no "
+                     "network (an agent CLI reaches the model gateway only; builds reach the "
+                     "package registries only)")
+    return notes
 
 
 def _dockerfile_lines(text: str) -> list[tuple[str, str]]:
@@ -263,6 +350,8 @@ def check_supported(td: TaskDir, *, docker: bool = False) -> str | None:
     """Why this task cannot run in the sandbox (``None`` if it can); ``docker``: with Docker,
     which builds any Dockerfile."""
     root = td.path
+    if td.refused:
+        return td.refused
     compose = td.compose()
     if compose.unsupported:
         return compose.unsupported
