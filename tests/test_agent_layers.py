@@ -5,7 +5,9 @@ oracle passes): ``jq-count-items`` (``debian:bookworm-slim`` and jq: no Python, 
 and ``hello-world`` (Terminal-Bench's Ubuntu 24.04 base, whose Python 3.13 no pip CLI
 here supports). Each shipped agent CLI then runs each task's oracle through its expert,
 on its agent layer (``tackroom/images/agent_layer.py``), built once into the shared
-cache ``$TACKROOM_CACHE/images`` and reused by every later run.
+cache ``$TACKROOM_CACHE/images`` and reused by every later run. Under ``--sandbox docker``
+a sample of them (a Python CLI and a Node CLI) runs in the episode's container with the same
+outcomes, cell by cell, and the reachability check holds there too.
 """
 
 from __future__ import annotations
@@ -63,12 +65,32 @@ def layers() -> dict[str, object]:
     return {h: ensure_agent_layer(load_harness(h).agent) for h in ON_BUILT}
 
 
+#: Under Docker: one Python CLI and one Node CLI (each episode costs seconds of the budget).
+DOCKER_SAMPLE = ["mini-swe-agent", "qwen-code"]
+DOCKER_TASK = "jq-count-items"
+
+
+def _cells(episodes: list) -> dict[tuple[str, str], tuple]:
+    """Each episode's cell, (task, harness) -> what must be equal across providers."""
+    return {(ep.task.split("/")[-1], ep.harness): (
+        ep.outcome.value, ep.reward, len(ep.turns), (ep.meta.get("verifier") or {}).get("exit"))
+        for ep in episodes}
+
+
+@pytest.fixture(scope="module")
+def bubblewrap_cells() -> dict[tuple[str, str], tuple]:
+    """The cells the bubblewrap runs of this module produced (the Docker test compares)."""
+    return {}
+
+
 @pytest.mark.parametrize("harness", ON_BUILT)
-def test_each_cli_runs_the_oracle_on_built_environments(tmp_path, store, layers, harness):
+def test_each_cli_runs_the_oracle_on_built_environments(tmp_path, store, layers, harness,
+                                                        bubblewrap_cells):
     run = tackroom.evaluate(TerminalSuite(store=store), tasks=sorted(TASKS),
                             harnesses=[harness], policies=["expert"], seeds=[0],
                             store=tmp_path / "r.duckdb")
     episodes = run.load_episodes()
+    bubblewrap_cells.update(_cells(episodes))
     assert sorted(ep.task.split("/")[-1] for ep in episodes) == sorted(TASKS)
     for ep in episodes:
         agent = ep.meta.get("agent") or {}
@@ -76,6 +98,27 @@ def test_each_cli_runs_the_oracle_on_built_environments(tmp_path, store, layers,
         assert agent["cli"] == harness and agent["calls"] == len(ep.turns) >= 1
         # What the layer mounted is gone before the verifier ran: nothing of it is task output.
         assert ep.meta["verifier"]["exit"] == 0
+
+
+def test_under_docker_a_python_and_a_node_cli_have_bubblewraps_outcomes(
+        docker_daemon, tmp_path, store, layers, bubblewrap_cells):
+    """In the episode's container (the agent layer attached while the CLI runs), each cell
+    equals bubblewrap's: outcome, reward, model calls, the verifier's exit."""
+    cells = {(DOCKER_TASK, h) for h in DOCKER_SAMPLE}
+    if missing := sorted(h for t, h in cells - set(bubblewrap_cells)):  # run alone (-k)
+        run = tackroom.evaluate(TerminalSuite(store=store), tasks=[DOCKER_TASK],
+                                harnesses=missing, policies=["expert"], seeds=[0],
+                                store=tmp_path / "bubblewrap.duckdb")
+        bubblewrap_cells.update(_cells(run.load_episodes()))
+    run = tackroom.evaluate(TerminalSuite(store=store, sandbox="docker"), tasks=[DOCKER_TASK],
+                            harnesses=DOCKER_SAMPLE, policies=["expert"], seeds=[0],
+                            store=tmp_path / "docker.duckdb")
+    episodes = run.load_episodes()
+    docker = _cells(episodes)
+    assert docker == {c: bubblewrap_cells[c] for c in cells}, [
+        (ep.harness, ep.error, (ep.meta.get("agent") or {}).get("output", "")[-1500:])
+        for ep in episodes]
+    assert {o for o, *_ in docker.values()} == {"success"}
 
 
 def test_a_cli_no_runtime_fits_is_an_infra_error_saying_why(tmp_path, store):
@@ -110,11 +153,16 @@ def test_a_second_run_builds_nothing_and_a_changed_pin_builds_one_layer(layers):
             entry.with_name(entry.name + ".lock").unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("harness", ["mini-swe-agent", "qwen-code"])
-def test_a_cli_in_a_built_environment_reaches_only_the_gateway(tmp_path, layers, harness):
+@pytest.mark.parametrize(("harness", "sandbox"), [("mini-swe-agent", "bubblewrap"),
+                                                  ("qwen-code", "bubblewrap"),
+                                                  ("mini-swe-agent", "docker")])
+def test_a_cli_in_a_built_environment_reaches_only_the_gateway(request, tmp_path, layers,
+                                                               harness, sandbox):
     """The reference solution is a probe run by the CLI on an image without Python; the
     tests pass only if it reached nothing (not the host's loopback, not the internet) and
-    the layer's mounts are gone when they run."""
+    the layer's mounts are gone when they run (in the same container, under Docker)."""
+    if sandbox == "docker":
+        request.getfixturevalue("docker_daemon")
     d = tmp_path / "tasks" / "net-probe"
     for sub in ("environment", "tests", "solution"):
         (d / sub).mkdir(parents=True)
@@ -136,7 +184,8 @@ def test_a_cli_in_a_built_environment_reaches_only_the_gateway(tmp_path, layers,
             "[ ! -e /opt/tackroom ] && [ ! -e /agent-home ]; then "
             "echo 1 > /logs/verifier/reward.txt; else cat probe.txt; "
             "echo 0 > /logs/verifier/reward.txt; fi\n")
-        run = tackroom.evaluate(TerminalSuite(store=tmp_path / "tasks"), tasks=["net-probe"],
+        run = tackroom.evaluate(TerminalSuite(store=tmp_path / "tasks", sandbox=sandbox),
+                                tasks=["net-probe"],
                                 harnesses=[harness], policies=["expert"], seeds=[0],
                                 store=tmp_path / "r.duckdb")
         assert host_server.requests == []

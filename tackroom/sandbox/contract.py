@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Self, runtime_checkable
 
+from tackroom.core.actions import RunAgent
 from tackroom.core.errors import TackroomError
 
 
@@ -147,6 +148,12 @@ class Container(Protocol):
     def install_tests(self, tests: Path, script: str, env: Mapping[str, str]) -> None:
         """Give the container what ``script`` (the tests' installs, hoisted out of the test
         scripts) installs, before the tests run; the episode itself has no network."""
+        ...
+
+    def run_agent(self, action: RunAgent, limits: Limits, *, cwd: str,
+                  env: Mapping[str, str]) -> CommandResult:
+        """Run an agent program in this container, its mounts and a fresh home attached only
+        while it runs (none of it left for the verifier)."""
         ...
 
     def close(self) -> None:

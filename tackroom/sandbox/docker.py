@@ -21,7 +21,14 @@ the image:
   ``docker cp`` when a sandbox that binds them opens, ``/logs`` copied back when it closes;
   the verifier runs in the same container after the agent;
 * **the tests' installs** are a layer built once per image and script
-  (:func:`tackroom.images.daemon.tests_layer`) and copied in just before the verifier.
+  (:func:`tackroom.images.daemon.tests_layer`) and copied in just before the verifier;
+* **an agent CLI** (:meth:`Container.run_agent`) runs in the episode's container, as the
+  task's commands and its verifier do: its read-only mounts (the agent layer's runtime and
+  install, the gateway relay's script, the gateway socket's directory) and a fresh home are
+  attached to the running container while it runs (``mount_into.py``: the daemon can add
+  mounts only when a container starts) and detached afterwards, with the mount points it
+  made removed: the verifier sees none of it. The CLI's memory and process limits are the
+  container's while it runs, its leftover processes are ended when it exits.
 
 Commands run as the image's root (``docker exec``), with an init process (``--init``) that
 reaps what they leave behind.
@@ -29,17 +36,24 @@ reaps what they leave behind.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
+import shlex
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import tomllib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tackroom.core.actions import RunAgent
 from tackroom.core.errors import InfraError
 from tackroom.core.registry import register
 from tackroom.images.daemon import (
@@ -56,6 +70,10 @@ from tackroom.sandbox.process import ProcessSandbox, copy_tree, limit_in_output
 
 #: Processes a container may hold at least (its init, the shell, the tools it runs).
 MIN_PIDS = 64
+#: The script that attaches host paths to a running container (run as a process of its own).
+MOUNT_INTO = str(Path(__file__).with_name("mount_into.py"))
+#: The environment variable that marks an agent CLI's processes (its leftovers are ended).
+AGENT_MARK = "TACKROOM_AGENT_RUN"
 
 
 def docker_unavailable() -> str | None:
@@ -123,9 +141,10 @@ class Container:
         self.workdir = workdir
         self.notes: list[str] = list(self.image.notes)
         memory = f"{limits.memory_mb}m"
+        self._quota = (limits.memory_mb, max(limits.processes, MIN_PIDS))
         args = ["run", "-d", "--name", self.name, "--network", "none", "--hostname", "sandbox",
                 "--memory", memory, "--memory-swap", memory,
-                "--pids-limit", str(max(limits.processes, MIN_PIDS)),
+                "--pids-limit", str(self._quota[1]),
                 "--workdir", workdir, "--entrypoint", "sleep"]
         if _has_init():
             args.append("--init")
@@ -185,9 +204,129 @@ class Container:
                        where=str(layer))
         self._tests_done = True
 
+    def run_agent(self, action: RunAgent, limits: Limits, *, cwd: str,
+                  env: Mapping[str, str]) -> CommandResult:
+        """Run an agent program (:class:`~tackroom.core.actions.RunAgent`) in this container.
+
+        As :func:`tackroom.sandbox.run_agent` does in a sandbox of its own: ``action``'s
+        read-only mounts and a fresh home (its files written first) attached while it runs,
+        the program's time, and its memory and process limits (the larger of the task's and
+        the program's) as the container's; afterwards its leftover processes are ended, the
+        mounts detached, the mount points removed and the task's limits restored, so that the
+        verifier that runs next in this container sees the task's files alone.
+        """
+        home = Path(tempfile.mkdtemp(prefix="tackroom-agent-home-"))
+        mark = uuid.uuid4().hex
+        try:
+            for rel, text in action.files.items():
+                target = home / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
+            lim = Limits(wall_s=action.timeout_s, memory_mb=max(limits.memory_mb,
+                                                                 action.memory_mb),
+                         processes=max(limits.processes, action.processes),
+                         disk_mb=limits.disk_mb, episode_wall_s=action.timeout_s)
+            mounts = [Attached(inside, Path(host), True)
+                      for inside, host in action.ro_binds.items()]
+            mounts.append(Attached(action.home, home, False))
+            self._set_quota(lim.memory_mb, max(lim.processes, MIN_PIDS))
+            try:
+                with self.attached(mounts):
+                    box = DockerSandbox(self, lim, cwd=cwd)
+                    try:
+                        command = f"cd {shlex.quote(cwd)} && exec {shlex.join(action.argv)}"
+                        return box.run(command, timeout_s=action.timeout_s,
+                                       env={**env, "HOME": action.home, **action.env,
+                                            AGENT_MARK: mark})
+                    finally:
+                        self._end_marked(mark)
+            finally:
+                self._set_quota(*self._quota)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def attached(self, mounts: list[Attached]) -> Iterator[None]:
+        """Attach ``mounts`` to the running container for the ``with`` block (see
+        ``mount_into.py``); the mount points it made are removed afterwards."""
+        pid = self._init_pid()
+        with tempfile.TemporaryDirectory(prefix="tackroom-mounts-") as tmp:
+            spec_file = Path(tmp) / "spec.json"
+            spec: dict[str, Any] = {"mounts": [[m.inside, str(m.host.resolve()), m.read_only]
+                                               for m in mounts]}
+            spec_file.write_text(json.dumps(spec))
+            made = self._mount_into("mount", pid, spec_file)
+            try:
+                yield
+            finally:
+                spec["made"] = json.loads(made or "[]")
+                spec_file.write_text(json.dumps(spec))
+                self._mount_into("unmount", pid, spec_file)
+
+    def _mount_into(self, verb: str, pid: int, spec_file: Path) -> str:
+        proc = subprocess.run([sys.executable, "-I", MOUNT_INTO, verb, str(pid),  # noqa: S603
+                               str(spec_file)], capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise InfraError(f"cannot {verb} an agent's files in the container: "
+                             f"{' '.join(proc.stderr.split())[-300:]}", self.name,
+                             "agent CLIs under --sandbox docker need a local daemon and root "
+                             "(Linux 5.12 or later)")
+        return proc.stdout.strip()
+
+    def _init_pid(self) -> int:
+        """The container's first process, as this machine sees it: the daemon must be local
+        (its containers' processes are this machine's) and this process root."""
+        out = docker("inspect", "--format", "{{.State.Pid}} {{.Id}}", self.name,
+                     where=self.name).stdout.decode().split()
+        pid, full_id = int(out[0]), out[1]
+        try:
+            ours = full_id in Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            ours = False
+        if os.geteuid() != 0 or not ours:
+            raise InfraError("agent CLIs under --sandbox docker need the Docker daemon on this "
+                             "machine and tackroom running as root (the CLI's files are "
+                             "attached to the running container)", self.name,
+                             "run as root beside a local dockerd, or use --sandbox bubblewrap")
+        return pid
+
+    def _set_quota(self, memory_mb: int, pids: int) -> None:
+        """The container's memory and process limits (as ``docker run`` set them)."""
+        memory = f"{memory_mb}m"
+        docker("update", "--memory", memory, "--memory-swap", memory, "--pids-limit", str(pids),
+               self.name, check=False, where=self.name)
+
+    def _end_marked(self, mark: str) -> None:
+        """Kill the container's processes that carry ``mark`` (an agent's, left running):
+        a sandbox of its own would have ended them with it."""
+        try:
+            pid = self._init_pid()
+            ns = os.readlink(f"/proc/{pid}/ns/pid")
+        except (InfraError, OSError):
+            return
+        needle = f"{AGENT_MARK}={mark}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if (os.readlink(entry / "ns" / "pid") == ns
+                        and needle in (entry / "environ").read_bytes().split(b"\0")):
+                    os.kill(int(entry.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                continue
+
     def close(self) -> None:
         """Remove the container."""
         docker("rm", "-f", self.name, check=False)
+
+
+@dataclass(frozen=True)
+class Attached:
+    """A host path attached to a running container at ``inside``."""
+
+    inside: str
+    host: Path
+    read_only: bool = True
 
 
 class DockerSandbox(ProcessSandbox):

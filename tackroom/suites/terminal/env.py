@@ -109,9 +109,12 @@ class TerminalEnv:
 
     @property
     def builds_image(self) -> bool:
-        """Whether episodes run on an environment built here from the task's Dockerfile
-        (an agent CLI then runs on an agent layer over it, not on this machine's system)."""
-        return bool(self.td.builds) and not self.provider.runs_images
+        """Whether episodes run on an environment built from the task's Dockerfile, here or
+        by the Docker daemon (an agent CLI then runs on an agent layer mounted into it, not
+        on this machine's system)."""
+        if self.provider.runs_images:
+            return self.td.dockerfile is not None  # a container of it (see reset)
+        return bool(self.td.builds)
 
     @property
     def workdir(self) -> Path:
@@ -249,12 +252,14 @@ class TerminalEnv:
     def _run_agent(self, action: RunAgent) -> StepResult:
         """An agent CLI in a sandbox of its own over the task directory, then this one again."""
         assert self.sandbox is not None
-        if self.container is not None:
-            raise InfraError("agent CLIs do not run in a Docker container yet",
-                             str(self.td.path), "run the task with --sandbox bubblewrap")
         self.sandbox.close()
         timeout = max(1.0, min(action.timeout_s, self._left()))
-        if self.root is not None:
+        if self.container is not None:
+            # In the episode's container, where the verifier runs next: the agent layer and a
+            # fresh home are attached to it only while the CLI runs (tackroom/sandbox/docker.py).
+            res = self.container.run_agent(replace(action, timeout_s=timeout), self.limits,
+                                           cwd=self.td.workdir, env=self._env())
+        elif self.root is not None:
             # On the image's tree, the CLI's own runtime mounted over it (an agent layer,
             # tackroom/images/agent_layer.py). Mounted here, by this process: the sandbox's
             # uid cannot reach the cache. The mount points are made in the episode's tree and

@@ -1,0 +1,153 @@
+"""Bind host paths into, and out of, a running container's mount namespace.
+
+Run as a script by root on the Docker daemon's machine (standard library only,
+a process of its own: ``setns`` into a mount namespace needs a single-threaded
+caller)::
+
+    python3 mount_into.py mount PID SPEC.json     # SPEC: [[inside, host, read_only], ...]
+    python3 mount_into.py unmount PID SPEC.json
+
+``mount`` clones each host path's mount tree (``open_tree``), makes it
+read-only when asked (``mount_setattr``), enters the mount namespace of the
+process ``PID`` (a container's init), makes the mount point there — the topmost
+missing directory of it is recorded, one line per path on standard output —
+and attaches the clone (``move_mount``). ``unmount`` detaches each in reverse
+order and removes the directories and files ``mount`` made (given as the
+``made`` list of the spec), so that nothing of them is left in the container's
+own file system. This is what ``docker run --mount`` does at a container's
+start, done while it runs: the daemon offers no way to add or remove a mount
+later. Needs Linux 5.12 (``mount_setattr``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+
+# The new mount API's system calls: one number on every architecture since Linux 5.x.
+_OPEN_TREE, _MOVE_MOUNT, _MOUNT_SETATTR = 428, 429, 442
+_OPEN_TREE_CLONE = 1
+_OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+_AT_RECURSIVE = 0x8000
+_AT_EMPTY_PATH = 0x1000
+_AT_FDCWD = -100
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOUNT_ATTR_RDONLY = 0x1
+_CLONE_NEWNS = 0x20000
+_MNT_DETACH = 2
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def _clone(host: str, read_only: bool) -> int:
+    """A detached copy of the mount tree at ``host`` (a file descriptor)."""
+    fd = _check(_libc.syscall(_OPEN_TREE, _AT_FDCWD, host.encode(),
+                              _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE),
+                f"open_tree {host}")
+    if read_only:
+        attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
+        _check(_libc.syscall(_MOUNT_SETATTR, fd, b"", _AT_EMPTY_PATH | _AT_RECURSIVE,
+                             ctypes.byref(attr), ctypes.sizeof(attr)), f"mount_setattr {host}")
+    return fd
+
+
+def _enter(pid: int) -> None:
+    """Enter the mount namespace of ``pid`` (its root becomes this process's ``/``)."""
+    fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
+    try:
+        _check(_libc.setns(fd, _CLONE_NEWNS), f"setns into the mount namespace of {pid}")
+    finally:
+        os.close(fd)
+
+
+def _make(inside: str, is_dir: bool) -> str | None:
+    """Make the mount point ``inside``; the topmost path that did not exist (or None)."""
+    parts = [p for p in inside.split("/") if p]
+    top = None
+    for i in range(1, len(parts) + 1):
+        path = "/" + "/".join(parts[:i])
+        if os.path.lexists(path):
+            continue
+        top = top or path
+        if i < len(parts) or is_dir:
+            os.mkdir(path, 0o755)
+        else:
+            with open(path, "x"):
+                pass
+    return top
+
+
+def mount(pid: int, spec: list[list]) -> list[str]:
+    """Attach each ``[inside, host, read_only]`` in the namespace of ``pid``; returns the
+    paths made for them (topmost first), for :func:`unmount` to remove."""
+    clones = [(inside, os.path.isdir(host), _clone(host, bool(ro))) for inside, host, ro in spec]
+    _enter(pid)
+    made = []
+    for inside, is_dir, fd in clones:
+        if (top := _make(inside, is_dir)) is not None:
+            made.append(top)
+        _check(_libc.syscall(_MOVE_MOUNT, fd, b"", _AT_FDCWD, inside.encode(),
+                             _MOVE_MOUNT_F_EMPTY_PATH), f"move_mount onto {inside}")
+        os.close(fd)
+    return made
+
+
+def unmount(pid: int, spec: list[list], made: list[str]) -> None:
+    """Detach the mounts of ``spec`` in the namespace of ``pid`` and remove ``made``."""
+    _enter(pid)
+    for inside, _host, _ro in reversed(spec):
+        _libc.umount2(inside.encode(), _MNT_DETACH)  # already gone (the container ended): fine
+    for top in reversed(made):
+        _remove(top)
+
+
+def _remove(path: str) -> None:
+    """Remove what :func:`_make` made: empty directories and empty files only (a mount
+    point that is still in use, or one the CLI filled, is left rather than lost)."""
+    try:
+        if os.path.ismount(path):
+            return  # still attached (its unmount failed): leave it
+        if os.path.isdir(path) and not os.path.islink(path):
+            for name in os.listdir(path):
+                _remove(os.path.join(path, name))
+            os.rmdir(path)
+        elif os.path.isfile(path) and os.path.getsize(path) == 0:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def main(argv: list[str]) -> int:
+    try:
+        verb, pid, spec_file = argv
+        with open(spec_file) as f:
+            spec = json.load(f)
+        if verb == "mount":
+            print(json.dumps(mount(int(pid), spec["mounts"])))
+        elif verb == "unmount":
+            unmount(int(pid), spec["mounts"], spec.get("made", []))
+        else:
+            raise ValueError(f"unknown verb {verb!r}")
+    except (OSError, ValueError) as e:
+        print(f"mount_into.py: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
