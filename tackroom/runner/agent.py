@@ -93,7 +93,8 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
     """Run one agent-harness episode into ``ep`` (its turns, outcome, ``meta["agent"]``)."""
     agent = spec.harness.agent
     # On a built environment the CLI runs on its own runtime, an agent layer mounted over the
-    # image (tackroom/images/agent_layer.py); elsewhere on this machine's, installed for it.
+    # image or attached to its Docker container (tackroom/images/agent_layer.py); elsewhere
+    # on this machine's, installed for it.
     layer: AgentLayer | None = None
     if getattr(env, "builds_image", False):
         layer = await asyncio.to_thread(agent_layer, agent)
