@@ -97,20 +97,32 @@ def mount(pid: int, spec: list[list]) -> list[str]:
     paths made for them (topmost first), for :func:`unmount` to remove."""
     clones = [(inside, os.path.isdir(host), _clone(host, bool(ro))) for inside, host, ro in spec]
     _enter(pid)
-    made = []
-    for inside, is_dir, fd in clones:
-        if (top := _make(inside, is_dir)) is not None:
-            made.append(top)
-        _check(_libc.syscall(_MOVE_MOUNT, fd, b"", _AT_FDCWD, inside.encode(),
-                             _MOVE_MOUNT_F_EMPTY_PATH), f"move_mount onto {inside}")
-        os.close(fd)
+    made: list[str] = []
+    done: list[str] = []
+    try:
+        for inside, is_dir, fd in clones:
+            if (top := _make(inside, is_dir)) is not None:
+                made.append(top)
+            _check(_libc.syscall(_MOVE_MOUNT, fd, b"", _AT_FDCWD, inside.encode(),
+                                 _MOVE_MOUNT_F_EMPTY_PATH), f"move_mount onto {inside}")
+            done.append(inside)
+    except OSError:
+        _detach(done, made)  # all or nothing: no half-attached layer is left behind
+        raise
+    finally:
+        for _inside, _is_dir, fd in clones:
+            os.close(fd)
     return made
 
 
 def unmount(pid: int, spec: list[list], made: list[str]) -> None:
     """Detach the mounts of ``spec`` in the namespace of ``pid`` and remove ``made``."""
     _enter(pid)
-    for inside, _host, _ro in reversed(spec):
+    _detach([inside for inside, _host, _ro in spec], made)
+
+
+def _detach(points: list[str], made: list[str]) -> None:
+    for inside in reversed(points):
         _libc.umount2(inside.encode(), _MNT_DETACH)  # already gone (the container ended): fine
     for top in reversed(made):
         _remove(top)
