@@ -81,6 +81,7 @@ def test_mapped_images_are_read_with_their_settings_and_the_rest_refused(tmp_pat
 
 
 @needs_builds
+@pytest.mark.slow  # CLI subprocesses; builds on a cold cache
 def test_redis_and_postgres_beside_a_task_run_its_oracle_and_an_unmapped_image_is_skipped(
         tmp_path):
     src = tmp_path / "src"
@@ -102,6 +103,7 @@ def test_redis_and_postgres_beside_a_task_run_its_oracle_and_an_unmapped_image_i
 
 
 @needs_builds
+@pytest.mark.slow  # CLI subprocesses; builds on a cold cache
 def test_a_service_that_never_becomes_ready_is_an_infra_error_naming_it_and_its_check(
         tmp_path):
     _task(tmp_path / "src", "bad-db", "services:\n  main:\n    build: .\n  db:\n"
@@ -113,3 +115,17 @@ def test_a_service_that_never_becomes_ready_is_an_infra_error_naming_it_and_its_
     assert reason.startswith("check failed:") and "service 'db' (postgres:16)" in reason, reason
     assert "`pg_isready`" in reason and "--no-such-option" in reason, reason
     assert "\n" not in reason
+
+
+@needs_builds
+def test_under_docker_the_services_are_containers_on_the_episodes_network(docker_daemon,
+                                                                          tmp_path):
+    """The same task with ``--sandbox docker``: the services' root file systems imported into
+    the daemon, each a container in the episode container's network namespace."""
+    p = run_cli("tasks", "import", str(FIXTURES), "--sandbox", "docker", cwd=tmp_path,
+                timeout=1800,
+                env_extra={"TACKROOM_TASKS": str(tmp_path / "tasks"), "COLUMNS": "240"})
+    assert p.returncode == 0, p.stderr + p.stdout
+    _, kept, environment, untouched, oracle, *_ = _rows(p.stdout)["cache-and-db"]
+    assert (kept, environment, untouched, oracle) == ("yes", "docker", "fails", "passes"), \
+        p.stdout + p.stderr

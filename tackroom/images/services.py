@@ -92,12 +92,13 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   pwfile=/var/run/postgresql/.pw
   printf '%s\n' "${POSTGRES_PASSWORD:-}" > "$pwfile"
   chown postgres "$pwfile"
-  as_pg "$bin/initdb" -D "$PGDATA" -U "$user" --auth-local=trust --auth-host="$auth" \
+  # --no-sync: the data lives as long as the episode; syncing it only costs seconds
+  as_pg "$bin/initdb" -D "$PGDATA" -U "$user" --auth-local=trust --auth-host="$auth" --no-sync \
     ${POSTGRES_PASSWORD:+--pwfile="$pwfile"} ${POSTGRES_INITDB_ARGS:-} >/dev/null
   rm -f "$pwfile"
   echo "host all all all $auth" >> "$PGDATA/pg_hba.conf"
   if [ "$db" != postgres ]; then
-    printf 'CREATE DATABASE "%s";\n' "$db" | as_pg "$bin/postgres" --single -D "$PGDATA" postgres >/dev/null
+    printf 'CREATE DATABASE "%s";\n' "$db" | as_pg "$bin/postgres" --single -F -D "$PGDATA" postgres >/dev/null
   fi
 fi
 exec setpriv --reuid=postgres --regid=postgres --init-groups "$bin/postgres" -D "$PGDATA" \
@@ -116,32 +117,37 @@ user="${MARIADB_USER:-${MYSQL_USER:-}}"
 pw="${MARIADB_PASSWORD:-${MYSQL_PASSWORD:-}}"
 data=/var/lib/mysql
 sq() { printf "'%s'" "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e "s/'/\\\\'/g")"; }
+# Debian's package made a data directory at install time; the image starts empty, and so
+# does every episode's tree: initialised here, each time, with the image's settings.
+rm -rf "$data"
 mkdir -p "$data" /run/mysqld
 chown mysql:mysql "$data" /run/mysqld
-init=
-if [ ! -d "$data/mysql" ]; then
-  install_db=$(command -v mariadb-install-db || command -v mysql_install_db)
-  "$install_db" --user=mysql --datadir="$data" --skip-test-db \
-    --auth-root-authentication-method=normal >/dev/null
-  init=/run/mysqld/init.sql
-  {
-    echo "ALTER USER 'root'@'localhost' IDENTIFIED BY $(sq "$root_pw");"
-    echo "CREATE USER 'root'@'%' IDENTIFIED BY $(sq "$root_pw");"
-    echo "GRANT ALL ON *.* TO 'root'@'%' WITH GRANT OPTION;"
-    [ -z "$db" ] || echo "CREATE DATABASE IF NOT EXISTS \`$db\`;"
-    if [ -n "$user" ]; then
-      echo "CREATE USER $(sq "$user")@'%' IDENTIFIED BY $(sq "$pw");"
-      [ -z "$db" ] || echo "GRANT ALL ON \`$db\`.* TO $(sq "$user")@'%';"
-    fi
-  } > "$init"
-  chown mysql "$init"
-fi
+install_db=$(command -v mariadb-install-db || command -v mysql_install_db)
+# --force: no name lookup of the host (a sandbox's has no entry anywhere)
+"$install_db" --user=mysql --datadir="$data" --skip-test-db --force \
+  --auth-root-authentication-method=normal
+init=/run/mysqld/init.sql
+{
+  # root from anywhere, as the images make it (and no other root by address to shadow it)
+  echo "DROP USER IF EXISTS 'root'@'127.0.0.1', 'root'@'::1', 'root'@'sandbox';"
+  echo "ALTER USER 'root'@'localhost' IDENTIFIED BY $(sq "$root_pw");"
+  echo "CREATE USER 'root'@'%' IDENTIFIED BY $(sq "$root_pw");"
+  echo "GRANT ALL ON *.* TO 'root'@'%' WITH GRANT OPTION;"
+  [ -z "$db" ] || echo "CREATE DATABASE IF NOT EXISTS \`$db\`;"
+  if [ -n "$user" ]; then
+    echo "CREATE USER $(sq "$user")@'%' IDENTIFIED BY $(sq "$pw");"
+    [ -z "$db" ] || echo "GRANT ALL ON \`$db\`.* TO $(sq "$user")@'%';"
+  fi
+} > "$init"
+chown mysql "$init"
 server=$(command -v mariadbd || command -v mysqld)
 exec "$server" --user=mysql --datadir="$data" --bind-address=0.0.0.0 --port=3306 \
-  --skip-name-resolve ${init:+--init-file="$init"} "$@"
+  --skip-name-resolve --init-file="$init" "$@"
 """,
-    ready="$(command -v mariadb-admin || command -v mysqladmin) ping -h 127.0.0.1 -P 3306 "
-          "--silent >/dev/null 2>&1",
+    # Without TLS: the client would refuse a passwordless TLS handshake it cannot verify
+    # (MariaDB 11's default). A refused login still says the server answers: ready.
+    ready="$(command -v mariadb-admin || command -v mysqladmin) ping --skip-ssl -h 127.0.0.1 "
+          "-P 3306 --silent >/dev/null 2>&1",
     check="mysqladmin ping", servers=("mysqld", "mariadbd", "docker-entrypoint.sh"))
 
 _NGINX = ServiceImage(

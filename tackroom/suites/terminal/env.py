@@ -404,9 +404,9 @@ class TerminalEnv:
             proc = box.popen(list(svc.argv), {**self._env(), **svc.env},
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
             self._services.append((svc, box, proc, log))
-        for svc, box, started, _log in self._services:
-            if isinstance(box, ImageService):
-                box.wait_ready()
+        for svc, server, started, _log in self._services:
+            if isinstance(server, ImageService):
+                server.wait_ready()
             for port in svc.ports:
                 self._wait_for(svc, started, port)
 

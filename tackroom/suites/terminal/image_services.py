@@ -19,6 +19,7 @@ beside it; one that exits first, or is not ready in :data:`READY_S`, is an
 
 from __future__ import annotations
 
+import functools
 import shlex
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ from typing import IO
 
 from tackroom.core.errors import InfraError
 from tackroom.images.build import Progress, ensure_base
+from tackroom.images.egress import enter as enter_netns
 from tackroom.images.overlay import EpisodeRoot
 from tackroom.sandbox import BubblewrapSandbox, Container, Limits, kill
 from tackroom.suites.terminal.compose import Service
@@ -45,6 +47,22 @@ def _progress(name: str) -> Progress:
     def say(message: str) -> None:
         print(f"service image {name}: {message}", file=sys.stderr, flush=True)
     return say
+
+
+def open_low_ports(netns: int) -> None:
+    """Let any user of the network namespace ``netns`` listen on ports below 1024.
+
+    The namespace belongs to this machine's root, so a sandbox's root (of a user namespace
+    of its own) may not bind nginx's port 80 in it; Docker's containers may (Docker sets the
+    same sysctl in theirs). The setting is the namespace's own: it touches nothing else.
+    """
+    proc = subprocess.run(  # noqa: S603 - fixed argv
+        ["sh", "-c", "echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start"],
+        preexec_fn=functools.partial(enter_netns, netns), pass_fds=(netns,),
+        capture_output=True, text=True, timeout=30, check=False)
+    if proc.returncode != 0:
+        raise InfraError("cannot open the ports below 1024 in the episode's network namespace: "
+                         + " ".join(proc.stderr.split())[:200], "services")
 
 
 class ImageService:
@@ -67,7 +85,10 @@ class ImageService:
         self._proc: subprocess.Popen | None = None
         self._log: IO[bytes] | None = None
         self._container: str | None = None
-        script = f"echo {shlex.quote(hosts)} >> /etc/hosts 2>/dev/null || true\n{runs.start}"
+        # A Debian root file system has no /etc/hosts (an image's is Docker's): the server's
+        # own tools look up localhost, and the services find each other by name.
+        lines = f"127.0.0.1 localhost\n::1 localhost\n{hosts}"
+        script = f"echo {shlex.quote(lines)} >> /etc/hosts 2>/dev/null || true\n{runs.start}"
         argv = ["bash", "-c", script, runs.name, *svc.argv]
         try:
             if container is not None:
@@ -80,6 +101,8 @@ class ImageService:
 
     def _start_bwrap(self, netns: int | None, argv: list[str]) -> None:
         image = ensure_base(self.runs.base(), _progress(self.runs.name))
+        if netns is not None:
+            open_low_ports(netns)
         self._root = EpisodeRoot(image.layers, SERVICE_LIMITS.disk_mb)
         self._dir = Path(tempfile.mkdtemp(prefix=f"tackroom-service-{self.runs.name}-"))
         self._box = BubblewrapSandbox(self._dir, SERVICE_LIMITS, root=self._root.path, cwd="/",
@@ -90,9 +113,13 @@ class ImageService:
                                      stderr=subprocess.STDOUT)
 
     def _start_docker(self, container: Container, argv: list[str]) -> None:
-        # Imported here: the daemon's module is needed only with Docker.
+        # Imported here: the daemon's modules are needed only with Docker.
         from tackroom.images.daemon import base_image, docker
+        from tackroom.sandbox.docker import Container as DockerContainer
 
+        if not isinstance(container, DockerContainer):  # joined by its name, below
+            raise InfraError(f"{self.where} runs only with bubblewrap or Docker",
+                             "docker-compose.yaml", "run the task with --sandbox docker")
         tag = base_image(self.runs.base(), _progress(self.runs.name))
         name = f"{container.name}-{self.svc.name}"
         mb = SERVICE_LIMITS.memory_mb
@@ -112,16 +139,18 @@ class ImageService:
         deadline = time.monotonic() + timeout_s
         while True:
             code = self._exited()
+            # The log goes with the episode's directory: its tail is in the message.
             if code is not None:
                 raise InfraError(f"{self.where} exited ({code}) before `{self.runs.check}` "
-                                 f"answered: {self._tail()!r}", str(self.log_path),
-                                 "check the service's environment in docker-compose.yaml")
+                                 f"answered: {self._tail()!r}", "docker-compose.yaml",
+                                 "check the service's environment and command")
             if self._ready():
                 return
             if time.monotonic() >= deadline:
                 raise InfraError(f"{self.where} was not ready within {timeout_s:.0f} s: "
-                                 f"`{self.runs.check}` did not answer", str(self.log_path),
-                                 "see the service's log")
+                                 f"`{self.runs.check}` did not answer; its output: "
+                                 f"{self._tail()!r}", "docker-compose.yaml",
+                                 "check the service's environment and command")
             time.sleep(0.25)
 
     def _ready(self) -> bool:
