@@ -286,8 +286,8 @@ def test_import_harbor_and_terminal_bench_building_what_they_need(tmp_path):
     _terminal_bench_task(src, "tb-uv", run_tests="uv run pytest $TEST_DIR/test_outputs.py -rA\n")
     _terminal_bench_task(src, "tb-no-run-tests", run_tests=None)
     _terminal_bench_task(src, "tb-services", run_tests="bash /tests/check_answer.sh\n",
-                         compose="services:\n  client:\n    build: .\n  redis:\n"
-                                 "    image: redis\n")
+                         compose="services:\n  client:\n    build: .\n  search:\n"
+                                 "    image: elasticsearch\n")  # redis would run: mapped
     store = tmp_path / "store"
     results = {r.id: r for r in import_tasks(src, store)}
     assert {k for k, r in results.items() if r.imported} == {
