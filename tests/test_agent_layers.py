@@ -65,8 +65,9 @@ def layers() -> dict[str, object]:
     return {h: ensure_agent_layer(load_harness(h).agent) for h in ON_BUILT}
 
 
-#: Under Docker: one Python CLI and one Node CLI (each episode costs seconds of the budget).
-DOCKER_SAMPLE = ["mini-swe-agent", "qwen-code"]
+#: Under Docker: one Python CLI and one Node CLI (each episode costs seconds of the budget;
+#: Gemini CLI starts in half Qwen Code's time).
+DOCKER_SAMPLE = ["gemini-cli", "mini-swe-agent"]
 DOCKER_TASK = "jq-count-items"
 
 
