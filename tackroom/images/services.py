@@ -140,9 +140,15 @@ init=/run/mysqld/init.sql
   fi
 } > "$init"
 chown mysql "$init"
+# MySQL's own flags (--default-authentication-plugin=...) are unknown to MariaDB: --loose-
+# makes it skip what it does not know and apply what it does.
+flags=()
+for a in "$@"; do
+  case "$a" in --loose-*) flags+=("$a") ;; --*) flags+=("--loose-${a#--}") ;; *) flags+=("$a") ;; esac
+done
 server=$(command -v mariadbd || command -v mysqld)
 exec "$server" --user=mysql --datadir="$data" --bind-address=0.0.0.0 --port=3306 \
-  --skip-name-resolve --init-file="$init" "$@"
+  --skip-name-resolve --init-file="$init" "${flags[@]}"
 """,
     # Without TLS: the client would refuse a passwordless TLS handshake it cannot verify
     # (MariaDB 11's default). A refused login still says the server answers: ready.
