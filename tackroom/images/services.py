@@ -105,7 +105,7 @@ exec setpriv --reuid=postgres --regid=postgres --init-groups "$bin/postgres" -D 
   -c listen_addresses='*' -p 5432 "$@"
 """,
     ready="pg_isready -q -h 127.0.0.1 -p 5432",
-    check="pg_isready", servers=("postgres", "docker-entrypoint.sh"))
+    check="pg_isready", servers=("postgres",))
 
 # MySQL itself is not in Debian: MariaDB stands in for it (same protocol, same clients).
 _MARIADB = ServiceImage(
@@ -154,7 +154,7 @@ exec "$server" --user=mysql --datadir="$data" --bind-address=0.0.0.0 --port=3306
     # (MariaDB 11's default). A refused login still says the server answers: ready.
     ready="$(command -v mariadb-admin || command -v mysqladmin) ping --skip-ssl -h 127.0.0.1 "
           "-P 3306 --silent >/dev/null 2>&1",
-    check="mysqladmin ping", servers=("mysqld", "mariadbd", "docker-entrypoint.sh"))
+    check="mysqladmin ping", servers=("mysqld", "mariadbd"))
 
 _NGINX = ServiceImage(
     "nginx", ("nginx",), 80,
