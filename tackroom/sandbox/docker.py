@@ -162,6 +162,7 @@ class Container:
             args += ["-e", f"{key}={value}"]
         docker(*args, self.image.tag, "infinity", where=self.image.tag)
         self._tests_done = False
+        self._pid: int | None = None  # its first process, once an agent needed it
 
     def exec_argv(self, argv: list[str], env: Mapping[str, str], cwd: str,
                   mode: str = "-i") -> list[str]:
@@ -276,9 +277,14 @@ class Container:
     def _init_pid(self) -> int:
         """The container's first process, as this machine sees it: the daemon must be local
         (its containers' processes are this machine's) and this process root."""
+        if self._pid is not None:
+            return self._pid
         out = docker("inspect", "--format", "{{.State.Pid}} {{.Id}}", self.name,
                      where=self.name).stdout.decode().split()
         pid, full_id = int(out[0]), out[1]
+        if pid == 0:
+            raise InfraError("the episode's container is no longer running", self.name,
+                             "see the daemon's log (docker logs) for why it stopped")
         try:
             ours = full_id in Path(f"/proc/{pid}/cgroup").read_text()
         except OSError:
@@ -288,6 +294,7 @@ class Container:
                              "machine and tackroom running as root (the CLI's files are "
                              "attached to the running container)", self.name,
                              "run as root beside a local dockerd, or use --sandbox bubblewrap")
+        self._pid = pid
         return pid
 
     def _set_quota(self, memory_mb: int, pids: int) -> None:
