@@ -80,8 +80,16 @@ DONE = "agent.json"
 _NODE_RUNTIME: tuple[str, tuple[str, ...]] = (
     "trixie", ("nodejs", "npm", "python3", "python3-venv", "patchelf"))
 _PYTHON_RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {"3.11": ("bookworm", ("python3", "python3-venv", "patchelf")),
+                    "3.12": ("bookworm", ("python3", "python3-venv", "patchelf")),
                     "3.13": ("trixie", ("python3", "python3-venv", "patchelf"))}
 _DEFAULT_PYTHON = "3.11"
+#: Pythons no Debian release has (OpenHands's ``==3.12.*``): a relocatable build of this
+#: machine's (pyenv's: one prefix with its executable, standard library and ``libpython``)
+#: is copied into the CLI's layer, without its site-packages, and patched like the rest.
+#: Its runtime is the suite this machine's Python was built on (its libssl, libffi, ...).
+_COPIED_PYTHONS = ("3.12",)
+#: Where that prefix is mounted during the build step only (the layer holds a copy).
+_HOST_PYTHON_PATH = "/opt/tackroom/host-python"
 
 
 @dataclass(frozen=True)
@@ -155,9 +163,11 @@ def runtime_spec(agent: dict[str, Any]) -> BaseSpec:
 
 
 def layer_key(agent: dict[str, Any]) -> str:
-    """The agent layer's key: the runtime's base, the CLI's install spec, the build step."""
+    """The agent layer's key: the runtime's base, the CLI's install spec, the build step
+    (and the copied Python's identity, for a Python no Debian release has)."""
+    copied = _copied_python(agent)
     return _digest("agent", runtime_spec(agent).key, agent["cli"], agent["install"],
-                   _script(agent))
+                   _script(agent), *([_identity(copied)] if copied else []))
 
 
 def ensure_agent_layer(agent: dict[str, Any], progress: Progress | None = None) -> AgentLayer:
@@ -167,6 +177,7 @@ def ensure_agent_layer(agent: dict[str, Any], progress: Progress | None = None) 
     :class:`BuildError` when its install fails (the step's output in one line).
     """
     runtime = runtime_spec(agent)
+    copied = _copied_python(agent)
     key = layer_key(agent)
     entry = images_dir() / f"agent-{key}"
     if (layer := _load(entry)) is not None:
@@ -192,7 +203,8 @@ def ensure_agent_layer(agent: dict[str, Any], progress: Progress | None = None) 
             # path and the CLI's directory writable at its own.
             _build_layer(entry / "scratch", base.layers,
                          [_step(step, Path("."), Path(where), {})], progress, where,
-                         binds=[(base.layers[0], RUNTIME_PATH, True), (install, CLI_PATH, False)])
+                         binds=[(base.layers[0], RUNTIME_PATH, True), (install, CLI_PATH, False),
+                                *([(copied, _HOST_PYTHON_PATH, True)] if copied else [])])
         except BuildError as e:
             raise BuildError(f"the {agent['cli']} agent layer cannot be built: {e.what}",
                              e.where, e.fix) from None
@@ -234,11 +246,45 @@ def _what(agent: dict[str, Any]) -> str:
     return f"{installer} {' '.join(packages)}"
 
 
+def _copied_python(agent: dict[str, Any]) -> Path | None:
+    """The prefix of this machine's Python the layer copies, for a version no Debian
+    release has; None when the runtime's own Python serves.
+
+    Raises :class:`Unbuildable` (one line) when this machine has no relocatable build of it.
+    """
+    version = str(agent["install"].get("python") or "")
+    if version not in _COPIED_PYTHONS:
+        return None
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    found = [p for p in root.glob(f"{version}.*")
+             if (p / "bin" / f"python{version}").is_file()
+             and (p / "lib" / f"python{version}" / "os.py").is_file()
+             and (p / "lib" / f"libpython{version}.so.1.0").is_file()]
+    if not found:
+        raise Unbuildable(
+            f"the {agent['cli']} CLI needs Python {version}, which no Debian release has, and "
+            f"this machine has no relocatable build of it to copy (none in {root})",
+            f"{agent['cli']} [agent] install", f"pyenv install {version} (with "
+            "PYTHON_CONFIGURE_OPTS=--enable-shared), or run it on a task without a built "
+            "environment")
+    return max(found, key=lambda p: [int(x) if x.isdigit() else -1
+                                     for x in p.name.split(".")]).resolve()
+
+
+def _identity(prefix: Path) -> list[Any]:
+    """What tells one build of a copied Python from another (a reinstall is a new layer)."""
+    exe = prefix / "bin" / f"python{prefix.name.rsplit('.', 1)[0]}"
+    lib = next(prefix.glob("lib/libpython3*.so.1.0"))
+    return [prefix.name, *((s.st_size, s.st_mtime_ns) for s in (exe.stat(), lib.stat()))]
+
+
 def _script(agent: dict[str, Any]) -> str:
     """The build step: a venv of the runtime's Python, the packages, patched executables."""
     spec = {k: v for k, v in agent["install"].items() if k != "python"}
     (installer, packages), = spec.items()
     quoted = " ".join("'" + p.replace("'", "'\\''") + "'" for p in packages)
+    version = str(agent["install"].get("python") or "")
+    copied = installer == "pip" and version in _COPIED_PYTHONS
     lines = [
         "set -eu",
         f"P={RUNTIME_PATH}; C={CLI_PATH}",
@@ -246,10 +292,32 @@ def _script(agent: dict[str, Any]) -> str:
         "LD=$(ls $P/usr/lib/*-linux-gnu*/ld-linux*.so.* | head -n1)",
         "LIB=$(dirname \"$LD\")",
         "RPATH=$LIB:$P/lib/$(basename \"$LIB\")",
-        # The runtime's Python at its final path: the venv records that path as its home.
-        "$P/usr/bin/python3 -m venv --copies"
-        + (" --without-pip" if installer == "npm" else "") + " $C",
     ]
+    if copied:
+        # This machine's Python, copied under the CLI's directory (its tests, IDLE, static
+        # library and site-packages — this machine's own packages — left out), started
+        # through the runtime's loader with its own libpython first.
+        lines += [
+            f"H={_HOST_PYTHON_PATH}; X=python{version}; mkdir -p $C/python/bin $C/python/lib",
+            "cp $H/bin/$X $C/python/bin/",
+            "cp -RP $H/lib/libpython* $C/python/lib/",
+            "tar -C $H/lib -c --exclude=$X/test --exclude=$X/idlelib --exclude=\"$X/config-*\" "
+            "--exclude=\"$X/site-packages/*\" $X | tar -C $C/python/lib -x --no-same-owner",
+            "RPATH=$C/python/lib:$RPATH",
+            # DT_RPATH for pyenv's DT_RUNPATH (its build's prefix), on libpython and on each
+            # extension module: their libraries (libssl, libffi) are then the runtime's,
+            # never the image's, which may want a newer glibc than the runtime's.
+            "patchelf --force-rpath --set-rpath \"$RPATH\" $C/python/bin/$X "
+            "$C/python/lib/lib$X.so.1.0 $C/python/lib/$X/lib-dynload/*.so",
+            "patchelf --set-interpreter \"$LD\" $C/python/bin/$X",
+            f"$C/python/bin/python{version} -m venv --copies $C",
+        ]
+    else:
+        lines += [
+            # The runtime's Python at its final path: the venv records that path as its home.
+            "$P/usr/bin/python3 -m venv --copies"
+            + (" --without-pip" if installer == "npm" else "") + " $C",
+        ]
     if installer == "pip":
         lines.append("$C/bin/python -m pip install --no-input --disable-pip-version-check "
                      f"--no-warn-script-location {quoted}")
