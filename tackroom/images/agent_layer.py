@@ -10,7 +10,9 @@ episode's sandbox gets over the image, outside the task's own paths:
   Debian userland made with the same ``mmdebstrap`` machinery as the bases
   (:func:`tackroom.images.build.ensure_base`) — ``nodejs``/``npm`` on trixie
   for Node CLIs, ``python3`` on bookworm for Python CLIs (its 3.11 is what the
-  pip CLIs run on on the host, and what ``aider-chat``'s ``<3.13`` allows);
+  pip CLIs run on on the host, and what ``aider-chat``'s ``<3.13`` allows); for a
+  Python no Debian release has (OpenHands's ``==3.12.*``), a copy of this machine's
+  relocatable (pyenv) build of it, patched like the rest (:data:`_COPIED_PYTHONS`);
 * the **CLI** at :data:`CLI_PATH` (``/opt/tackroom/cli``): a virtual
   environment of the runtime's Python made with ``--copies`` (the pip CLI's
   own, or an empty one that runs the gateway relay for a Node CLI), the npm
