@@ -96,16 +96,16 @@ def test_a_second_build_is_a_cache_hit_and_a_changed_file_a_new_layer(tmp_path):
     store = tmp_path / "store"
     first = import_tasks(src, store)[0]
     assert first.imported, first.reason
-    before = build_count()
+    before = build_count(this_process=True)
     again = import_tasks(src, store)[0]
     assert again.imported and again.environment == "cached"
-    assert build_count() == before  # nothing was built the second time
+    assert build_count(this_process=True) == before  # nothing was built the second time
     # Content no cache has seen (the cache outlives test runs).
     (src / "environment" / "inventory.json").write_text(
         f'{{"items": [{{"id": 1}}], "run": "{uuid.uuid4().hex}"}}\n')
     changed = import_tasks(src, store)[0]
     assert changed.imported and changed.environment == "built"
-    assert build_count() == before + 1  # the task's layer only: the base came from the cache
+    assert build_count(this_process=True) == before + 1  # the task's layer only: the base came from the cache
 
 
 def test_episodes_run_the_cli_eval_on_built_tasks_through_both_shell_harnesses(imported):
@@ -224,30 +224,45 @@ def test_without_root_a_built_task_says_so(monkeypatch, imported):
     assert "--sandbox docker" in e.value.line()
 
 
-def test_the_docker_provider_gives_the_same_outcomes(docker_daemon, imported, tmp_path):
-    """With a Docker daemon: the same tasks built and checked by `docker build`/`docker exec`,
-    and an eval through --sandbox docker with the same outcomes as through bubblewrap."""
-    env = {"TACKROOM_TASKS": str(tmp_path / "tasks"), "COLUMNS": "220"}
-    src = tmp_path / "src"
-    for name in ("jq-count-items", "service-port"):
-        shutil.copytree(FIXTURES / "harbor" / name, src / name)
-    shutil.copytree(FIXTURES / "terminal-bench" / "tb-csv-total", src / "tb-csv-total")
-    p = run_cli("tasks", "import", str(src), "--sandbox", "docker", cwd=tmp_path, env_extra=env)
-    assert p.returncode == 0, p.stderr
-    rows = _rows(p.stdout)
-    assert all(r[1:5] == ["yes", "docker", "fails", "passes"] for r in rows.values()), p.stdout
+def test_the_docker_provider_gives_bubblewraps_outcomes_cell_by_cell(docker_daemon, imported,
+                                                                    tmp_path):
+    """With a Docker daemon: every task built by `docker build` and checked by `docker exec`
+    has the import table's cells bubblewrap's import has (the module's fixture), and an
+    eval through --sandbox docker records the same outcomes as through bubblewrap."""
+    from tackroom.images.daemon import build_task_image, docker_build_count
+
+    docker_tasks = tmp_path / "tasks"
+    p = run_cli("tasks", "import", str(imported / "src"), "--sandbox", "docker", cwd=tmp_path,
+                env_extra={"TACKROOM_TASKS": str(docker_tasks), "COLUMNS": "220"}, timeout=3600)
+    assert p.returncode == 0, p.stderr + p.stdout
+    table = {"bubblewrap": _rows((imported / "import.out").read_text()), "docker": _rows(p.stdout)}
+    tasks = set(HARBOR) | set(TERMINAL_BENCH)
+    assert set(table["docker"]) == set(table["bubblewrap"]) == tasks
+    for task in sorted(tasks):
+        bwrap, dock = table["bubblewrap"][task], table["docker"][task]
+        # imported, untouched, oracle: the same cells, and every task checked for real
+        assert (dock[1], dock[3], dock[4]) == (bwrap[1], bwrap[3], bwrap[4]), (task, bwrap, dock)
+        assert (dock[1], dock[2], dock[3], dock[4]) == ("yes", "docker", "fails", "passes"), dock
+    # Everything is tagged by content: building again is a lookup, in any checkout.
+    before = docker_build_count(this_process=True)
+    for task in sorted(tasks):
+        dockerfile = load_task(docker_tasks / "terminal" / task).dockerfile
+        assert dockerfile is not None and not build_task_image(dockerfile, dockerfile.parent).built
+    assert docker_build_count(this_process=True) == before
+    # Episodes: the same outcomes through an eval on either provider.
     outcomes = {}
-    for sandbox in ("bubblewrap", "docker"):
+    for sandbox, store in (("bubblewrap", imported / "tasks"), ("docker", docker_tasks)):
         db = str(tmp_path / f"{sandbox}.duckdb")
-        p = run_cli("eval", "--suite", "terminal", "--tasks", ",".join(sorted(rows)),
-                    "--policy", "expert", "--seeds", "0", "--sandbox", sandbox, "--db", db,
-                    cwd=tmp_path, env_extra=env)
+        p = run_cli("eval", "--suite", "terminal", "--tasks",
+                    "jq-count-items,service-port,tb-csv-total", "--policy", "expert",
+                    "--seeds", "0", "--sandbox", sandbox, "--db", db, cwd=tmp_path,
+                    env_extra={"TACKROOM_TASKS": str(store)})
         assert p.returncode == 0, p.stderr
-        with RecordStore(db) as store:
+        with RecordStore(db) as records:
             outcomes[sandbox] = sorted((e["task"], e["harness"], e["outcome"])
-                                       for e in store.episodes())
+                                       for e in records.episodes())
     assert outcomes["docker"] == outcomes["bubblewrap"]
-    assert all(o == "success" for *_, o in outcomes["docker"])
+    assert len(outcomes["docker"]) == 6 and all(o == "success" for *_, o in outcomes["docker"])
 
 
 def test_mounts_of_a_killed_run_are_reaped(imported, tmp_path):

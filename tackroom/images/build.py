@@ -91,10 +91,29 @@ def images_dir() -> Path:
     return cache_home() / "images"
 
 
-def build_count() -> int:
-    """How many layers were really built (not found in the cache) with this cache, ever."""
-    log = images_dir() / "builds.log"
-    return len(log.read_text().splitlines()) if log.is_file() else 0
+def build_count(*, this_process: bool = False) -> int:
+    """How many layers were really built (not found in the cache) with this cache, ever; with
+    ``this_process``, only those this process built (the cache is shared by concurrent runs,
+    e.g. test workers, so a count over all of them can move under a caller's feet)."""
+    return count_builds(images_dir() / "builds.log", this_process)
+
+
+def log_build(log: Path, what: str, key: str, started: float) -> None:
+    """Append one real build to ``log`` (one JSON line; :func:`build_count` counts them)."""
+    with open(log, "a") as f:
+        f.write(json.dumps({"key": key, "what": what, "pid": os.getpid(),
+                            "seconds": round(time.monotonic() - started, 1)}) + "\n")
+
+
+def count_builds(log: Path, this_process: bool = False) -> int:
+    """The builds ``log`` holds (with ``this_process``, only this process's)."""
+    if not log.is_file():
+        return 0
+    lines = log.read_text().splitlines()
+    if not this_process:
+        return len(lines)
+    pid = os.getpid()
+    return sum(1 for line in lines if line.strip() and json.loads(line).get("pid") == pid)
 
 
 def _digest(*parts: Any) -> str:
@@ -129,9 +148,7 @@ def _load(entry: Path) -> Image | None:
 
 def _finish(entry: Path, image: Image, what: str, started: float) -> Image:
     (entry / DONE).write_text(json.dumps(image.to_json(), indent=1))
-    with open(images_dir() / "builds.log", "a") as f:
-        f.write(json.dumps({"key": image.key, "what": what,
-                            "seconds": round(time.monotonic() - started, 1)}) + "\n")
+    log_build(images_dir() / "builds.log", what, image.key, started)
     return Image(**{**image.__dict__, "log": entry / "build.log", "built": True})
 
 

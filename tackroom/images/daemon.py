@@ -53,8 +53,10 @@ from tackroom.images.build import (
     Progress,
     Unbuildable,
     context_digest,
+    count_builds,
     ensure_base,
     images_dir,
+    log_build,
 )
 from tackroom.images.dockerfile import DOCKER_PATH
 from tackroom.images.egress import CA_ENV_VARS, BuildNetwork, host_ca_bundle
@@ -121,15 +123,13 @@ def _digest(*parts: object) -> str:
 
 def _log_build(what: str, tag: str, started: float) -> None:
     # Not images/builds.log: that one counts the bubblewrap layers (build_count).
-    with open(images_dir() / "docker-builds.log", "a") as f:
-        f.write(json.dumps({"tag": tag, "what": what,
-                            "seconds": round(time.monotonic() - started, 1)}) + "\n")
+    log_build(images_dir() / "docker-builds.log", what, tag, started)
 
 
-def docker_build_count() -> int:
-    """How many images the Docker daemon really built or imported for tackroom, ever."""
-    log = images_dir() / "docker-builds.log"
-    return len(log.read_text().splitlines()) if log.is_file() else 0
+def docker_build_count(*, this_process: bool = False) -> int:
+    """How many images the Docker daemon really built or imported for tackroom, ever (with
+    ``this_process``, only those this process asked for)."""
+    return count_builds(images_dir() / "docker-builds.log", this_process)
 
 
 # -- bases ------------------------------------------------------------------------------------
