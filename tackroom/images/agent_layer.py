@@ -63,6 +63,7 @@ from tackroom.images.build import (
     _step,
     ensure_base,
     images_dir,
+    log_build,
 )
 from tackroom.images.dockerfile import Run
 from tackroom.images.userns import IMAGE_UID
@@ -216,9 +217,7 @@ def ensure_agent_layer(agent: dict[str, Any], progress: Progress | None = None) 
         (entry / DONE).write_text(json.dumps(
             {"key": key, "cli": agent["cli"], "version": agent["version"],
              "install": agent["install"], "runtime": str(base.layers[0])}, indent=1))
-        with open(images_dir() / "builds.log", "a") as f:
-            f.write(json.dumps({"key": key, "what": f"agent {agent['cli']}",
-                                "seconds": round(time.monotonic() - started, 1)}) + "\n")
+        log_build(images_dir() / "builds.log", f"agent {agent['cli']}", key, started)
         return AgentLayer(key, agent["cli"], base.layers[0], install, built=True)
 
 
