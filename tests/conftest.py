@@ -264,6 +264,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (file in SLOW_FILES or f"{file}::{name}" in SLOW_TESTS
                 or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
             item.add_marker(pytest.mark.slow)
+    # Files with the most slow tests first: xdist hands out files in this order, so the
+    # run ends on quick files and no worker idles while the other finishes a long one.
+    # Deterministic (a stable sort), so every worker agrees on the order.
+    slow_in: dict[str, int] = {}
+    for item in items:
+        slow_in[item.path.name] = slow_in.get(item.path.name, 0) + bool(
+            item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow_in[item.path.name])
 
 
 @pytest.fixture(scope="session")
