@@ -35,7 +35,7 @@ from tackroom.cli import (
     serve,
     training,
 )
-from tackroom.cli.common import err_console
+from tackroom.cli.common import HelpCommand, HelpGroup, err_console
 from tackroom.core import cancel
 from tackroom.core.errors import ConfigError, TackroomError
 
@@ -54,43 +54,43 @@ app = typer.Typer(
         "  tackroom harness list\n\n  tackroom train -c train.toml"
     ),
 )
-app.command("eval")(evaluate.eval_cmd)
-app.command("seal")(evaluate.seal_cmd)
-app.command("runs")(records.runs_cmd)
-app.command("show")(records.show_cmd)
-app.command("export")(records.export_cmd)
-app.command("report")(report.report_cmd)
-app.command("list")(listing.list_cmd)
+app.command("eval", cls=HelpCommand)(evaluate.eval_cmd)
+app.command("seal", cls=HelpCommand)(evaluate.seal_cmd)
+app.command("runs", cls=HelpCommand)(records.runs_cmd)
+app.command("show", cls=HelpCommand)(records.show_cmd)
+app.command("export", cls=HelpCommand)(records.export_cmd)
+app.command("report", cls=HelpCommand)(report.report_cmd)
+app.command("list", cls=HelpCommand)(listing.list_cmd)
 
-tasks_app = typer.Typer(help="List a suite's tasks; import task directories.")
+tasks_app = typer.Typer(help="List a suite's tasks; import task directories.", cls=HelpGroup)
 tasks_app.callback(invoke_without_command=True)(harness.tasks_cmd)
-tasks_app.command("import")(harness.tasks_import)
+tasks_app.command("import", cls=HelpCommand)(harness.tasks_import)
 app.add_typer(tasks_app, name="tasks")
 
 harness_app = typer.Typer(help="Inspect and check harness files.", no_args_is_help=True)
-harness_app.command("list")(harness.harness_list)
-harness_app.command("show")(harness.harness_show)
-harness_app.command("diff")(harness.harness_diff)
-harness_app.command("validate")(harness.harness_validate)
+harness_app.command("list", cls=HelpCommand)(harness.harness_list)
+harness_app.command("show", cls=HelpCommand)(harness.harness_show)
+harness_app.command("diff", cls=HelpCommand)(harness.harness_diff)
+harness_app.command("validate", cls=HelpCommand)(harness.harness_validate)
 app.add_typer(harness_app, name="harness")
 
 model_app = typer.Typer(help="Build local models (no network, no model hub).",
                         no_args_is_help=True)
-model_app.command("init")(training.model_init)
+model_app.command("init", cls=HelpCommand)(training.model_init)
 app.add_typer(model_app, name="model")
-app.command("sft")(training.sft_cmd)
-app.command("train")(training.train_cmd)
-app.command("export-groups")(training.export_groups_cmd)
-app.command("serve")(serve.serve_cmd)
-app.command("optimize")(optimize.optimize_cmd)
-app.command("audit")(optimize.audit_cmd)
-app.command("self-hpo")(optimize.self_hpo_cmd)
+app.command("sft", cls=HelpCommand)(training.sft_cmd)
+app.command("train", cls=HelpCommand)(training.train_cmd)
+app.command("export-groups", cls=HelpCommand)(training.export_groups_cmd)
+app.command("serve", cls=HelpCommand)(serve.serve_cmd)
+app.command("optimize", cls=HelpCommand)(optimize.optimize_cmd)
+app.command("audit", cls=HelpCommand)(optimize.audit_cmd)
+app.command("self-hpo", cls=HelpCommand)(optimize.self_hpo_cmd)
 
 delegate_app = typer.Typer(help="Decision models that take over some of the LLM's choices.",
                            no_args_is_help=True)
-delegate_app.command("fit")(delegate.fit_cmd)
-delegate_app.command("bench")(delegate.bench_cmd)
-delegate_app.command("hash")(delegate.hash_cmd)
+delegate_app.command("fit", cls=HelpCommand)(delegate.fit_cmd)
+delegate_app.command("bench", cls=HelpCommand)(delegate.bench_cmd)
+delegate_app.command("hash", cls=HelpCommand)(delegate.hash_cmd)
 app.add_typer(delegate_app, name="delegate")
 
 

@@ -1,26 +1,29 @@
-"""What every command shares: the consoles, the record-store option, list options, progress."""
+"""What every command shares: the consoles, the record-store option, list options, progress,
+help texts that name a registry kind's entries.
+
+Only what parsing the command line needs is imported here and in the command modules at
+import time: each command imports the API it calls inside its function, so that
+``tackroom --help`` (and every command) does not pay for DuckDB, Arrow, browsers or the trainer.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
-from typing import Annotated, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from typer.core import TyperCommand, TyperGroup
 
+from tackroom.core.registry import choices
 from tackroom.core.text import printable
-from tackroom.records import default_db
-from tackroom.report.terminal import terminal_console
+from tackroom.records.paths import default_db
+from tackroom.report.console import terminal_console
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 # Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
 _WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
@@ -40,6 +43,53 @@ RayAddressOpt = Annotated[str | None, typer.Option(
 
 #: ``--db`` when not given: ``$TACKROOM_DB``, else the project's default path.
 DEFAULT_DB = default_db()
+
+
+#: A placeholder help text → what makes the real one (see :func:`lazy_help`).
+_DEFERRED: dict[str, Callable[[], str]] = {}
+
+
+def lazy_help(placeholder: str, make: Callable[[], str]) -> str:
+    """A help text that :class:`HelpCommand` replaces by ``make()`` when a help page shows it.
+
+    The registry's names of a kind are known only once its modules are imported (a suite's
+    module imports its environments). Typer builds every command's options each time the
+    CLI runs, so listing them in a help text up front would make every command, not only
+    ``--help``, pay for importing every implementation. ``placeholder`` is the text until
+    then (and the key: it must be unique).
+    """
+    _DEFERRED[placeholder] = make
+    return placeholder
+
+
+def kind_help(kind: str, template: str = "{}") -> str:
+    """``template`` with the registered names of ``kind`` (``a, b, c``) in its ``{}``, read
+    when a help page shows it (see :func:`lazy_help`)."""
+    return lazy_help(template.format(f"see `tackroom list {kind}`"),
+                     lambda: template.format(choices(kind)))
+
+
+def _resolve_help(params: list[Any]) -> None:
+    for param in params:
+        make = _DEFERRED.get(getattr(param, "help", None) or "")
+        if make is not None:
+            param.help = make()
+
+
+class HelpCommand(TyperCommand):
+    """A command whose deferred help texts (:func:`lazy_help`) are made when its help is shown."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _resolve_help(self.params)
+        super().format_help(ctx, formatter)
+
+
+class HelpGroup(TyperGroup):
+    """A group (a callback with options) with deferred help texts, as :class:`HelpCommand`."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _resolve_help(self.params)
+        super().format_help(ctx, formatter)
 
 
 def split(values: list[str] | None) -> list[str]:
@@ -82,6 +132,15 @@ class Bar:
 def progress_bar(label: str, total: int | None = None, stats: str = "",
                  enabled: bool = True) -> Iterator[Bar]:
     """``with progress_bar("episodes", n) as bar: bar.update(k, stats=…)`` — the one bar."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("eta"),
                   TimeRemainingColumn(), console=console, disable=not enabled) as progress:

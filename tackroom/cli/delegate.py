@@ -8,10 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
-from tackroom.cli.common import DEFAULT_DB, DbOpt, console, progress_bar, split
+from tackroom.cli.common import DEFAULT_DB, DbOpt, console, kind_help, progress_bar, split
 from tackroom.core.errors import ConfigError
 from tackroom.core.policy import Sampling
-from tackroom.core.registry import choices
 
 
 def fit_cmd(
@@ -21,7 +20,7 @@ def fit_cmd(
     out: Annotated[Path, typer.Option(
         help="The delegating harness to write; the model goes to <stem>.decision/ beside it.")],
     model: Annotated[str, typer.Option(
-        help=f"Decision model kind: {choices('decision_model')}.")] = "logistic",
+        help=kind_help("decision_model", "Decision model kind: {}."))] = "logistic",
     train_on: Annotated[str, typer.Option(
         help="all | post-mistake (only states right after a mistake) | weighted.")] = "all",
     target_precision: Annotated[float, typer.Option(

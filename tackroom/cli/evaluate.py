@@ -10,16 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from tackroom.app import evaluation
-from tackroom.app.evaluation import RunPlan, RunStart
-from tackroom.app.runs import Run
-from tackroom.app.sealing import inexpressible_pairs, seal
 from tackroom.cli.common import (
     DEFAULT_DB,
     DbOpt,
@@ -27,17 +23,29 @@ from tackroom.cli.common import (
     RayOpt,
     console,
     err_console,
+    kind_help,
+    lazy_help,
     progress_bar,
     split,
 )
 from tackroom.core.episode import Episode, Outcome
 from tackroom.core.errors import ConfigError, TackroomError
 from tackroom.core.policy import Sampling
-from tackroom.core.registry import choices
-from tackroom.policies import policy_forms
 
-_SUITE_HELP = f"Suite: {choices('suite')}, or module:factory (see `tackroom list suite`)."
-_POLICY_HELP = " | ".join(policy_forms()) + " (comma-separated)."
+if TYPE_CHECKING:
+    from tackroom.app.evaluation import RunPlan, RunStart
+    from tackroom.app.runs import Run
+
+_SUITE_HELP = kind_help("suite", "Suite: {}, or module:factory (see `tackroom list suite`).")
+
+
+def _policy_help(prefix: str = "") -> str:
+    def make() -> str:
+        from tackroom.policies import policy_forms
+
+        return prefix + " | ".join(policy_forms()) + " (comma-separated)."
+    return lazy_help(prefix + "A policy spec, see `tackroom list policy` (comma-separated).", make)
+
 
 #: eval options that choose cells; a sealed manifest fixes them all.
 _CELL_OPTIONS = ("suite", "tasks", "harness", "policy", "seeds", "temperature", "top_p",
@@ -52,7 +60,7 @@ def eval_cmd(
     harness: Annotated[list[str] | None, typer.Option(
         "--harness", "-H", help="Harness names or .toml paths (comma-separated; default the "
         "suite's own).")] = None,
-    policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help=_POLICY_HELP)
+    policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help=_policy_help())
                       ] = None,
     seeds: Annotated[str, typer.Option(help="Seeds, e.g. 0-9 or 0,3,7.")] = "0-4",
     concurrency: Annotated[int, typer.Option(
@@ -104,6 +112,7 @@ def eval_cmd(
 
       tackroom eval --sealed manifest.json --ray
     """
+    from tackroom.app import evaluation
     from tackroom.sandbox import DEFAULT as DEFAULT_SANDBOX
 
     if sealed:
@@ -167,6 +176,8 @@ def _watched(db: str, by_task: bool, resumed: bool) -> Iterator[dict[str, Any]]:
     Whatever ends the run — done, Ctrl-C or a signal, an error — a run that was recorded
     as started gets its tables printed and, if not done, the command that finishes it.
     """
+    from tackroom.app.runs import Run
+
     counts = {"success": 0, "done": 0, "infra": 0}
     started: list[RunStart] = []
     with progress_bar("episodes", None, enabled=True) as bar:
@@ -300,7 +311,7 @@ def seal_cmd(
     harness: Annotated[list[str] | None, typer.Option(
         "--harness", "-H", help="Evaluation harnesses: names or .toml paths.")] = None,
     policy: Annotated[list[str] | None, typer.Option(
-        "--policy", "-p", help="Policies / checkpoints: " + _POLICY_HELP)] = None,
+        "--policy", "-p", help=_policy_help("Policies / checkpoints: "))] = None,
     seeds: Annotated[str, typer.Option(help="Seeds, e.g. 0-9 or 0,3,7.")] = "0-4",
     held_out: Annotated[list[str] | None, typer.Option(
         "--held-out", help="Harnesses held out of training: evaluated too, and marked.")] = None,
@@ -323,6 +334,8 @@ def seal_cmd(
       tackroom seal --suite toy --harness som-tools,html-commands --held-out outline-coords \\
           --policy hf:ckpt/a,hf:ckpt/b --seeds 0-9 --out manifest.json
     """
+    from tackroom.app.sealing import inexpressible_pairs, seal
+
     manifest = seal(out, suite=suite, tasks=split(tasks), harnesses=split(harness),
                     policies=split(policy) or ["expert"], seeds=seeds, held_out=split(held_out),
                     train_harnesses=split(train_harness),

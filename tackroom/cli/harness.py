@@ -10,15 +10,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from tackroom.cli.common import console, err_console
-from tackroom.core.registry import choices
+from tackroom.cli.common import console, err_console, kind_help
 
 if TYPE_CHECKING:
     from tackroom.suites.terminal.importer import ImportResult
 
 
 def tasks_cmd(ctx: typer.Context,
-              suite: Annotated[str, typer.Option(help="Suite: " + choices("suite") + ".")] = "miniwob") -> None:
+              suite: Annotated[str, typer.Option(help=kind_help("suite", "Suite: {}."))] = "miniwob") -> None:
     """List a suite's tasks, what they require, and which have an expert.
 
     [bold]Example[/bold]:  tackroom tasks --suite toy

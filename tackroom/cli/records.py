@@ -10,9 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from tackroom.app.records import export_run, list_runs, read_episode, read_run
 from tackroom.cli.common import DEFAULT_DB, DbOpt, console
-from tackroom.harness.content import text_of
 
 
 def runs_cmd(db: DbOpt = DEFAULT_DB,
@@ -21,6 +19,8 @@ def runs_cmd(db: DbOpt = DEFAULT_DB,
 
     [bold]Example[/bold]:  tackroom runs --db ./tackroom-runs/tackroom.duckdb
     """
+    from tackroom.app.records import list_runs
+
     runs = list_runs(store=db, limit=limit)
     table = Table(title=f"Runs in {escape(str(db))}", title_justify="left")
     for col in ("run", "created", "command", "status", "episodes", "success", "infra err"):
@@ -66,6 +66,7 @@ def show_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")],
 
       tackroom show 20261129-101500-ab12 3f9c2a
     """
+    from tackroom.app.records import read_episode, read_run
     from tackroom.report.terminal import summary_table
 
     if episode is not None:
@@ -99,6 +100,8 @@ def _image_note(part: dict) -> str:
 
 def _replay(ep, full: bool) -> None:
     from rich.panel import Panel
+
+    from tackroom.harness.content import text_of
 
     console.print(Panel(
         f"[bold]{escape(ep.task)}[/bold] under [bold]{escape(ep.harness)}[/bold]"
@@ -200,6 +203,8 @@ def export_cmd(run: Annotated[str, typer.Argument(help="Run id (or 'latest').")]
 
       tackroom export latest --format atif --out trajectories/
     """
+    from tackroom.app.records import export_run
+
     done = export_run(run, fmt=fmt, out=out, store=db)
     console.print(f"wrote {done.n_episodes} episodes to {out or done.path}", markup=False,
                   highlight=False)

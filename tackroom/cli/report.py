@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from tackroom.app.reporting import report
 from tackroom.cli.common import DEFAULT_DB, DbOpt, console, split
 from tackroom.core.errors import ConfigError
 
@@ -71,6 +70,8 @@ def report_cmd(
             raise ConfigError(f"cannot read {item!r}", "--compare",
                               "write POLICY@HARNESS, e.g. bundled@som-tools")
         cells.append((name, harness_name))
+    from tackroom.app.reporting import report
+
     rep = report(runs, out=out, store=db, trained=train_harness, gain=gain_pairs, compare=cells)
     for table in rep.tables():
         console.print(table)

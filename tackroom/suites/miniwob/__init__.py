@@ -8,14 +8,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from tackroom.core.errors import TaskNotFound
 from tackroom.core.registry import register
 from tackroom.core.task import Expert, Task
 from tackroom.suites.miniwob.experts import EXPERTS
-from tackroom.suites.miniwob.pool import MiniWoBPool, browsers_that_fit, default_pool_size
 from tackroom.suites.miniwob.tasks import TASKS
 
+if TYPE_CHECKING:
+    from tackroom.suites.miniwob.pool import MiniWoBPool, default_pool_size
+
 __all__ = ["MiniWoBSuite", "MiniWoBPool", "default_pool_size", "make_suite", "TASKS", "EXPERTS"]
+
+
+def __getattr__(name: str) -> Any:
+    # The pool imports miniwob and Selenium: loaded when a browser is needed, not when the
+    # registry lists the suites (``tackroom eval --suite toy`` never starts a browser).
+    if name in ("MiniWoBPool", "default_pool_size"):
+        from tackroom.suites.miniwob import pool
+        return getattr(pool, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class MiniWoBSuite:
@@ -58,6 +71,8 @@ class MiniWoBSuite:
         """A browser pool of ``size`` Chromes (default: sized to this machine), never more
         than the memory holds (:func:`browsers_that_fit`): each is some 0.5 GB, so at
         ``-n 1000`` most episodes wait for a browser rather than the machine swapping."""
+        from tackroom.suites.miniwob.pool import MiniWoBPool, browsers_that_fit
+
         if size is not None:
             size = min(size, browsers_that_fit())
         return MiniWoBPool(size, with_html=self.with_html, wait_ms=self.wait_ms)
