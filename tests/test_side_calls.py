@@ -95,11 +95,12 @@ async def test_opencode_through_the_gateway_keeps_the_expert_script_and_budget()
         route = gw.open_episode(Sampling(temperature=0.0), policy=expert, max_turns=2)
         client = openai.AsyncOpenAI(base_url=route.base_url, api_key=route.token,
                                     max_retries=0, timeout=30)
-        title = await _post(client, opencode("title"))
-        first = await _post(client, opencode("first-turn"))
-        second = await _post(client, opencode("tool-result"))
-        with pytest.raises(openai.BadRequestError) as refused:
-            await _post(client, opencode("tool-result"))
+        async with client:  # closed first: the gateway's close need not wait for it
+            title = await _post(client, opencode("title"))
+            first = await _post(client, opencode("first-turn"))
+            second = await _post(client, opencode("tool-result"))
+            with pytest.raises(openai.BadRequestError) as refused:
+                await _post(client, opencode("tool-result"))
         gw.close_episode(route.token)
     assert "Solving the task" in title  # a neutral title, not a step of the script
     assert "echo hello > out.txt" in first  # the script, whole, on the first agent turn
@@ -174,23 +175,24 @@ def test_show_prints_the_cli_run_and_labels_side_calls(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_an_infra_error_caused_by_the_harness_config_does_not_advise_resume(tmp_path) -> None:
-    # mini-swe-agent offers a shell tool with a 'command' parameter; an expert that needs
-    # Codex's 'cmd' cannot answer it: the harness is misconfigured, re-running cannot help.
+    # Codex offers an exec tool with a 'cmd' parameter; an expert that needs a shell tool's
+    # 'command' cannot answer it: the harness is misconfigured, re-running cannot help. The
+    # gateway says so with a 400 (final for a client: Codex stops at once, no retries).
     import tackroom
     from tackroom.sandbox import sandbox_available
 
     if not sandbox_available():
         pytest.skip("needs bubblewrap")
-    shipped = Path(tackroom.__file__).parent / "harness" / "agents" / "mini-swe-agent.toml"
-    text = shipped.read_text().replace('name = "mini-swe-agent"', 'name = "mini-misfit"')
-    assert 'expert = "shell-tool"' in text
-    misfit = tmp_path / "mini-misfit.toml"
-    misfit.write_text(text.replace('expert = "shell-tool"', 'expert = "exec-command"'))
+    shipped = Path(tackroom.__file__).parent / "harness" / "agents" / "codex.toml"
+    text = shipped.read_text().replace('name = "codex"', 'name = "codex-misfit"')
+    assert 'expert = "exec-command"' in text
+    misfit = tmp_path / "codex-misfit.toml"
+    misfit.write_text(text.replace('expert = "exec-command"', 'expert = "shell-tool"'))
     run = tackroom.evaluate("terminal", tasks=["csv-column-sum"], harnesses=[str(misfit)],
                             policies=["expert"], seeds=[0], store=tmp_path / "r.duckdb")
     [final] = run.final_episodes()
     assert final["outcome"] == "infra_error"
-    assert "offered no exec tool" in final["error"] and "mini-misfit" in final["error"]
+    assert "offered no shell tool" in final["error"] and "codex-misfit" in final["error"]
     assert "--resume" not in final["error"] and "[agent] table" in final["error"]
 
 

@@ -88,7 +88,9 @@ Choices, and why:
   ceiling the gateway stops accepting (clients wait in the listen backlog) and
   closes idle connections, and a body that does not fit ``max_buffered`` waits:
   legitimate calls are delayed, not refused.
-  Backend failures are 503 (``InfraError``: transient, the client may retry) or
+  Backend failures are 503 (``InfraError``: transient, the client may retry),
+  400 with code ``unanswerable_request`` (a ``ConfigError`` or ``HarnessError``: the
+  run's own setup cannot answer the call, so retrying is pointless) or
   502 (anything else) with a generic message — the details (backend URL, model)
   go to ``route.errors``, not to the agent. A prompt over the model's context is
   a 400 with code ``context_length_exceeded``, which agent CLIs recognise.
@@ -108,6 +110,7 @@ from tackroom.core.episode import Turn
 from tackroom.core.errors import (
     ConfigError,
     ContextLengthExceeded,
+    HarnessError,
     InfraError,
     TackroomError,
 )
@@ -483,6 +486,12 @@ class ModelGateway:
             err = ApiError(400, "This model's maximum context length is exceeded by these "
                                 "messages; shorten them", param="messages",
                            code="context_length_exceeded")
+        elif isinstance(e, (ConfigError, HarnessError)):
+            # The run's own setup cannot answer this request (e.g. an expert whose tool format
+            # the CLI does not offer): the same call fails the same way every time, so a 400,
+            # which clients take as final, not a 5xx that they retry with backoff.
+            err = ApiError(400, "this request cannot be answered by the model behind this "
+                                "gateway (its configuration)", code="unanswerable_request")
         elif isinstance(e, InfraError):
             err = ApiError(503, "the model backend is unavailable (infrastructure error); "
                                 "retry later", code="backend_unavailable")

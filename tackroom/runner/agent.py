@@ -178,7 +178,7 @@ async def agent_loop(spec: Any, env: Environment, ep: Episode, expert: Expert | 
         # It needed an API the gateway does not speak: that, not the harness file, is the cause.
         raise InfraError(missing, "gateway", "use a CLI (or CLI setting) whose API the gateway "
                          "answers (docs/agents.md, dialects), or add a dialect for this one")
-    if any(e.get("status", 0) >= 500 and e.get("kind") in _CONFIG_ERRORS for e in route.errors):
+    if any(e.get("kind") in _CONFIG_ERRORS for e in route.errors):
         # The harness's own setup failed the call (its expert format cannot answer this CLI):
         # re-running it as it is would fail the same way, so no --resume here.
         raise InfraError(f"the {agent['cli']} CLI's calls could not be answered: "
