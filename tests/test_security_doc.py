@@ -8,6 +8,7 @@ whole file.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ DOC = ROOT / "docs" / "security.md"
 REF = re.compile(r"`(tests/[\w/]+\.py)?(?:::(\w+))?")
 
 
+@functools.cache  # a file is named by many rows: parse it once
 def _functions(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
