@@ -119,29 +119,26 @@ def check_stopped(ep: Any) -> dict[str, Any]:
     return agent
 
 
-def test_a_cli_given_its_turn_budget_as_its_own_limit_stops_there(tmp_path):
-    """mini-swe-agent (``step_limit``) and Qwen Code (``--max-session-turns``, exit 53) are
-    given ``{turns}`` and stop themselves: the gateway has nothing to refuse."""
-    names = [one_turn(tmp_path, "mini-swe-agent"), one_turn(tmp_path, "qwen-code")]
-    episodes = play(tmp_path, ["mini-swe-agent", *names])
-    full = episodes["mini-swe-agent"]  # the whole budget: look, write, submit
-    assert full.outcome.value == "success", (full.error, full.meta.get("agent"))
-    assert len(full.turns) == 3 and full.meta["agent"]["refused_calls"] == 0
-    for name in names:
+def test_a_cli_stops_at_its_own_turn_limit_and_the_gateway_stops_one_without(tmp_path):
+    """One run, the CLIs' episodes side by side.
+
+    mini-swe-agent (``step_limit``) and Qwen Code (``--max-session-turns``, exit 53) are
+    given ``{turns}`` and stop themselves: the gateway has nothing to refuse.
+
+    Qwen Code without its flag, and OpenHands (which has none): the gateway refuses the
+    call past the budget, and the CLI ends its run on that error without retrying."""
+    own = [one_turn(tmp_path, "mini-swe-agent"), one_turn(tmp_path, "qwen-code")]
+    bare = one_turn(tmp_path, "qwen-code", "qwen-bare-1", '"--max-session-turns", "{turns}"')
+    gateway_stopped = [bare, *(one_turn(tmp_path, cli) for cli in ALSO)]
+    episodes = play(tmp_path, ["mini-swe-agent", "qwen-code", *own, *gateway_stopped])
+    # The whole budget: look, write, then submit (mini-swe-agent) or a plain-text reply.
+    for full in (episodes["mini-swe-agent"], episodes["qwen-code"]):
+        assert full.outcome.value == "success", (full.error, full.meta.get("agent"))
+        assert len(full.turns) == 3 and full.meta["agent"]["refused_calls"] == 0
+    for name in own:
         assert check_stopped(episodes[name])["refused_calls"] == 0
     assert episodes["qwen-code-1"].meta["agent"]["exit"] == 53
-
-
-def test_the_gateway_stops_a_cli_without_a_turn_limit_of_its_own(tmp_path):
-    """Qwen Code without its flag, and OpenHands (which has none): the gateway refuses the
-    call past the budget, and the CLI ends its run on that error without retrying."""
-    bare = one_turn(tmp_path, "qwen-code", "qwen-bare-1", '"--max-session-turns", "{turns}"')
-    names = [bare, *(one_turn(tmp_path, cli) for cli in ALSO)]
-    episodes = play(tmp_path, ["qwen-code", *names])
-    full = episodes["qwen-code"]  # the whole budget: look, write, a plain-text reply
-    assert full.outcome.value == "success", (full.error, full.meta.get("agent"))
-    assert len(full.turns) == 3 and full.meta["agent"]["refused_calls"] == 0
-    for name in names:
+    for name in gateway_stopped:
         assert check_stopped(episodes[name])["refused_calls"] == 1
     qwen = episodes[bare].meta["agent"]
     assert qwen["exit"] not in (0, 53) and f"API Error: {BUDGET_STATUS}" in qwen["output"]
