@@ -118,8 +118,11 @@ def plugin(tmp_path: Path) -> dict[str, str]:
     return {"PYTHONPATH": path}
 
 
-def test_list_shows_every_kind_with_its_built_ins(tmp_path):
-    p = run_cli("list", cwd=tmp_path)
+def test_list_shows_every_kind_with_its_built_ins_and_an_installed_plugins_entries(tmp_path,
+                                                                                   plugin):
+    # One `tackroom list` (it imports every kind, torch included) for both: the built-ins and,
+    # beside them, the plug-in's suite, policy and algorithm.
+    p = run_cli("list", cwd=tmp_path, env_extra=plugin)
     assert p.returncode == 0, p.stderr
     kinds = {line.split("│")[1].strip() for line in p.stdout.splitlines()
              if line.startswith("│")}
@@ -127,6 +130,11 @@ def test_list_shows_every_kind_with_its_built_ins(tmp_path):
     for name in ("toy", "element_list", "tool_calls", "expert", "grpo", "click",
                  "shell-tool"):
         assert f" {name} " in p.stdout
+    listed = {(r.split("│")[1].strip(), r.split("│")[2].strip())
+              for r in p.stdout.splitlines() if r.startswith("│")}
+    assert {("suite", "plugsuite"), ("policy", "plugpolicy"),
+            ("algorithm", "plugalgo")} <= listed
+    assert "a plug-in loss (GRPO's, renamed)" in p.stdout
     p = run_cli("list", "suite", cwd=tmp_path)
     rows = [line for line in p.stdout.splitlines() if line.startswith("│")]
     assert {r.split("│")[2].strip() for r in rows} == set(names("suite"))
@@ -137,15 +145,8 @@ def test_list_unknown_kind_is_one_line_with_close_matches(tmp_path):
     assert "unknown extension kind 'sutie'" in line and "did you mean suite" in line
 
 
-def test_plugin_suite_policy_and_algorithm_from_an_installed_entry_point(tmp_path, plugin):
-    p = run_cli("list", cwd=tmp_path, env_extra=plugin)
-    assert p.returncode == 0, p.stderr
-    listed = {(r.split("│")[1].strip(), r.split("│")[2].strip())
-              for r in p.stdout.splitlines() if r.startswith("│")}
-    assert {("suite", "plugsuite"), ("policy", "plugpolicy"),
-            ("algorithm", "plugalgo")} <= listed
-    assert "a plug-in loss (GRPO's, renamed)" in p.stdout
-
+def test_plugin_suite_and_policy_from_an_installed_entry_point_run_an_eval(tmp_path, plugin):
+    """(That `tackroom list` shows the plug-in's entries is checked with the built-ins above.)"""
     db = str(tmp_path / "r.duckdb")
     p = run_cli("eval", "--suite", "plugsuite", "--policy", "plugpolicy", "--seeds", "0-2",
                 "--db", db, cwd=tmp_path, env_extra=plugin)
