@@ -15,6 +15,12 @@ prints; the work is done by the Python API (``tackroom.evaluate`` …):
 
 User errors (:class:`~tackroom.core.errors.TackroomError`, and click's usage errors) print
 one line and exit 2.
+
+Every run of ``tackroom`` imports all these modules (typer builds every command to parse one
+command line), so they import at module level only what parsing needs: each command imports
+the API it calls inside its function, and a help text that lists a registry kind's names is
+made when its help page is shown (:func:`.common.kind_help`). ``tackroom --help`` then costs
+no DuckDB, Arrow, browser or trainer import, and ``tackroom eval --suite toy`` no browser.
 """
 
 from __future__ import annotations
