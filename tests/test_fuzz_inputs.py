@@ -149,18 +149,13 @@ def recorded(home: Path) -> dict[str, Any]:
     return {"db": db, "run": run_id, "episodes": episodes, "manifest": manifest}
 
 
-def runs_in(db: Path) -> list[str]:
+def store_contents(db: Path, run_id: str) -> tuple[list[str], list[str]]:
+    """The store's runs and ``run_id``'s episodes, read in one opening of the store."""
     from tackroom.records import RecordStore
 
     with RecordStore(db, read_only=True) as store:
-        return [r["run_id"] for r in store.runs()]
-
-
-def episodes_in(db: Path, run_id: str) -> list[str]:
-    from tackroom.records import RecordStore
-
-    with RecordStore(db, read_only=True) as store:
-        return sorted(r["episode_id"] for r in store.episodes(run_id=run_id))
+        return ([r["run_id"] for r in store.runs()],
+                sorted(r["episode_id"] for r in store.episodes(run_id=run_id)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,8 +555,9 @@ def test_random_command_lines_exit_0_or_2_with_one_line(home, recorded, data):
     event(f"{' '.join(args[:1])} exit {proc.returncode}")
     check_outcome(proc)
     # No command line, however odd, loses a recorded episode; a dry run records nothing.
-    assert episodes_in(recorded["db"], recorded["run"]) == recorded["episodes"]
-    assert runs_in(recorded["db"]) == [recorded["run"]]
+    runs, episodes = store_contents(recorded["db"], recorded["run"])
+    assert episodes == recorded["episodes"]
+    assert runs == [recorded["run"]]
 
 
 # -- regressions the fuzzing found (plain tests) -----------------------------------------------
