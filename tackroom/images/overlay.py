@@ -132,15 +132,18 @@ class EpisodeRoot:
         require_root("a task environment")
         self._dir = owned_mount_dir("tackroom-root-")
         self._rw = self._dir / "rw"
-        self.path = self._dir / "merged"
+        # The merged tree's mount point is on the tmpfs too: closing detaches the tmpfs
+        # alone, and everything mounted under it with it, in one unmount (each unmount
+        # waits for the kernel's RCU grace period: most of an episode's teardown).
+        self.path = self._rw / "merged"
         self._rw.mkdir()
-        self.path.mkdir()
         self._mounted: list[Path] = []
         try:
             mount("tmpfs", self._rw, f"size={max(1, disk_mb)}m,mode=0755", MS_NOSUID | MS_NODEV)
             self._mounted.append(self._rw)
             (self._rw / "upper").mkdir()
             (self._rw / "work").mkdir()
+            self.path.mkdir()
             # The merged root takes the upper directory's owner: the image's root.
             os.chown(self._rw / "upper", IMAGE_UID, IMAGE_UID)
             self.lowers: tuple[Path, ...] = ()
@@ -164,8 +167,10 @@ class EpisodeRoot:
         self.lowers = tuple(lowers)
 
     def close(self) -> None:
-        for target in reversed(self._mounted):
-            unmount(target)
+        # Detaching the tmpfs (the first mount) detaches the merged tree and any mount left
+        # under it as well.
+        if self._mounted:
+            unmount(self._mounted[0])
         self._mounted.clear()
         shutil.rmtree(self._dir, ignore_errors=True)
 
