@@ -43,6 +43,7 @@ Usage::
         [--cold-cache DIR]   # reuse DIR as the cold cache (default: a fresh temporary one)
         [--agents mini-swe-agent,qwen-code]   # '' for none
         [--episodes 20] [--concurrent-harness mini-swe-agent]   # --episodes 0: none
+        [--profile]   # where an agent episode's start goes, stage by stage
 """
 
 from __future__ import annotations
@@ -240,6 +241,91 @@ def _episode_starts(td, layers, action, n: int, docker_why: str | None) -> None:
     print(line("docker: agent episode (cached layer)", "g", "e", target=True))
 
 
+def _profile(td, layers, action, n: int, docker_why: str | None) -> None:
+    """Where an agent episode's start goes, stage by stage (medians, ms), beside a bare
+    ``bwrap`` and what the sandbox's command line adds to it (interleaved as above)."""
+    from tackroom.images.build import resolve_inside
+    from tackroom.images.overlay import EpisodeRoot, bind, unmount
+    from tackroom.images.userns import as_image_root, mapped_userns
+    from tackroom.sandbox import BubblewrapSandbox, Limits
+    from tackroom.suites.terminal.env import _missing_tops
+
+    rows: dict[str, list[float]] = {}
+
+    def since(key: str, t0: float) -> float:
+        now = time.perf_counter()
+        rows.setdefault(key, []).append(now - t0)
+        return now
+
+    limits = Limits(wall_s=td.command_timeout_s, memory_mb=td.memory_mb, disk_mb=td.disk_mb,
+                    episode_wall_s=td.agent_timeout_s)
+    with tempfile.TemporaryDirectory(prefix="tackroom-bench-home-") as home, \
+            mapped_userns() as fd:
+        wrapped = [*as_image_root(), "bwrap", "--userns", str(fd), *BARE_BWRAP[1:]]
+        limited = [*BARE_BWRAP[:-3], "prlimit", "--nproc=64", "--", *BARE_BWRAP[-3:]]
+        for _ in range(n):
+            t0 = time.perf_counter()
+            subprocess.run(BARE_BWRAP, check=True)
+            t0 = since("bare bwrap", t0)
+            subprocess.run(wrapped, check=True, pass_fds=(fd,))
+            t0 = since("bare bwrap as the image's uid in its user namespace", t0)
+            subprocess.run(limited, check=True)
+            t0 = since("bare bwrap with prlimit (the sandbox's limits)", t0)
+            root = EpisodeRoot(layers, td.disk_mb)
+            t0 = since("agent episode: tree (tmpfs + overlay)", t0)
+            made = _missing_tops(root.path, [*action.ro_binds, action.home])
+            mounted = []
+            for inside, host in action.ro_binds.items():
+                mounted.append(resolve_inside(root.path, inside))
+                bind(Path(host), mounted[-1], read_only=True)
+            t0 = since("  the agent layer's two read-only mounts", t0)
+            box = BubblewrapSandbox(root.path, limits, binds={action.home: Path(home)},
+                                    root=root.path, cwd="/")
+            t0 = since("  the sandbox (its user namespace, from the pool)", t0)
+            box.run("true")
+            t0 = since("  `true` run in it (first command on the tree)", t0)
+            box.run("true")
+            t1 = time.perf_counter()  # not counted: the same again, on a warm tree
+            rows.setdefault("  (the same again, on a warm tree)", []).append(t1 - t0)
+            t0 = t1
+            box.close()
+            t0 = since("  the sandbox closed", t0)
+            for target in reversed(mounted):
+                unmount(target)
+            for path in made:
+                shutil.rmtree(path, ignore_errors=True)
+            t0 = since("  the agent mounts unmounted, their points removed", t0)
+            root.close()
+            since("  the tree unmounted and removed", t0)
+    med = {k: statistics.median(v) * 1000 for k, v in rows.items()}
+    print(f"\nwhere a bubblewrap agent episode start goes, medians of {n} (ms), "
+          f"load average {os.getloadavg()[0]:.1f}:")
+    for key, ms in med.items():
+        print(f"  {key:<52} {ms:7.1f}")
+    if docker_why is not None:
+        return
+    from tackroom.images.daemon import build_task_image
+    from tackroom.sandbox.docker import Container
+
+    assert td.dockerfile is not None
+    image = build_task_image(td.dockerfile, td.dockerfile.parent)
+    rows.clear()
+    for _ in range(n):
+        t0 = time.perf_counter()
+        box = Container(image, limits=limits, workdir=td.workdir, env=td.env)
+        t0 = since("the container started (docker run -d)", t0)
+        box.sandbox(limits, cwd=td.workdir).run("true")
+        t0 = since("`true` run in it (docker exec)", t0)
+        box.run_agent(action, limits, cwd=td.workdir, env=td.env)
+        t0 = since("Container.run_agent of `true` (attach, limits, exec, detach)", t0)
+        box.close()
+        since("the container removed (docker rm -f)", t0)
+    print(f"\nwhere a Docker agent episode start goes, medians of {n} (ms), "
+          f"load average {os.getloadavg()[0]:.1f}:")
+    for key, values in rows.items():
+        print(f"  {key:<62} {statistics.median(values) * 1000:7.1f}")
+
+
 # -- concurrent agent episodes -------------------------------------------------------------
 
 def _concurrent(src: Path, harness: str, episodes: int, sandbox: str) -> None:
@@ -287,6 +373,8 @@ def main() -> None:
     ap.add_argument("--concurrent-harness", default="mini-swe-agent",
                     help="the agent harness of the concurrent episodes")
     ap.add_argument("--no-docker", action="store_true", help="skip the Docker rows")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print where an agent episode's start goes, stage by stage")
     args = ap.parse_args()
     if os.geteuid() != 0 or shutil.which("mmdebstrap") is None or shutil.which("bwrap") is None:
         raise SystemExit("needs root, bubblewrap and mmdebstrap; nothing to measure")
@@ -328,6 +416,8 @@ def main() -> None:
         action = RunAgent(argv=("true",), ro_binds=layer.mounts(), timeout_s=60.0,
                           memory_mb=agent["memory_mb"], processes=agent["processes"])
         _episode_starts(td, layers, action, args.n, docker_why)
+        if args.profile:
+            _profile(td, layers, action, args.n, docker_why)
         if args.episodes:
             _concurrent(sources[0], args.concurrent_harness, args.episodes, "bubblewrap")
     finally:
