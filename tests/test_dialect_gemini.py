@@ -98,10 +98,15 @@ def test_gemini_cli_requests_become_chat_bodies():
     assert second[3] == {"role": "tool", "tool_call_id": "call_1_0", "name": "run_shell_command",
                          "content": "<untrusted_context>\nOutput: (empty)\nProcess Group "
                                     "PGID: 12353\n</untrusted_context>"}
-    # tackroom serve reads it strictly: Gemini CLI's topK is refused, named as Gemini names it.
+    # tackroom serve reads it strictly: Gemini CLI's topK is honoured as top_k; a topK
+    # that is no top-k is refused, named as Gemini names it.
+    strict = parse_chat_request(to_chat(gemini_cli("tool-result"), match()), {"tackroom": None})
+    assert (strict.sampling.top_k, strict.sampling.top_p) == (64, 0.95)
+    bad = gemini_cli("tool-result")
+    bad["generationConfig"]["topK"] = -2
     with pytest.raises(ApiError) as e:
-        parse_chat_request(to_chat(gemini_cli("tool-result"), match()), {"tackroom": None})
-    assert error(e.value)["error"]["message"].startswith("'generationConfig.topK' other than")
+        parse_chat_request(to_chat(bad, match()), {"tackroom": None})
+    assert error(e.value)["error"]["message"].startswith("'generationConfig.topK' is -2;")
 
 
 def test_the_same_conversation_gives_the_same_chat_body():
@@ -566,7 +571,10 @@ def served(tiny_chat_dir):
     from tackroom.serve import ServerThread
 
     class SayHF(HFPolicy):
+        seen: list[Sampling] = []  # every request's sampling, as the policy got it
+
         async def act(self, request: PolicyRequest) -> PolicyResponse:
+            self.seen.append(request.sampling)
             last = request.messages[-1].get("content")
             if not (isinstance(last, str) and last.startswith("SAY:")):
                 return await super().act(request)
@@ -635,10 +643,31 @@ def test_serve_refuses_in_googles_shape(served):
         c.models.generate_content(model="gemini-2.5-pro", contents="hi")
     assert (e.value.code, e.value.status) == (404, "NOT_FOUND")
     assert served.model_name in e.value.message
-    with pytest.raises(genai_errors.ClientError) as e:  # Gemini CLI's default topK
+    with pytest.raises(genai_errors.ClientError) as e:
         c.models.generate_content(model=served.model_name, contents="hi",
-                                  config=types.GenerateContentConfig(top_k=64))
-    assert e.value.code == 400 and "'generationConfig.topK' other than -1/0" in e.value.message
+                                  config=types.GenerateContentConfig(top_k=-3))
+    assert e.value.code == 400 and "'generationConfig.topK' is -3;" in e.value.message
+
+
+def test_serve_honours_top_k(served):
+    """Gemini CLI's default topK (64) reaches the policy as top_k, and is applied: top-k 1
+    at temperature 1 writes what greedy decoding writes, whatever the seed."""
+    c = sdk(served.base_url.removesuffix("/v1"), "unused")
+    ask = dict(model=served.model_name, contents="hello")
+    c.models.generate_content(**ask, config=types.GenerateContentConfig(
+        top_k=64, top_p=0.95, temperature=1, max_output_tokens=4))
+    assert (served.policy.seen[-1].top_k, served.policy.seen[-1].top_p) == (64, 0.95)
+    greedy = c.models.generate_content(**ask, config=types.GenerateContentConfig(
+        temperature=0, max_output_tokens=12, response_logprobs=True))
+    for seed in (1, 2, 3):
+        top1 = c.models.generate_content(**ask, config=types.GenerateContentConfig(
+            top_k=1, temperature=1, seed=seed, max_output_tokens=12, response_logprobs=True))
+        assert served.policy.seen[-1].top_k == 1
+        assert top1.text == greedy.text
+        # Log-probs stay those of the unmodified model, not of the top-1 filtered one (0.0).
+        assert [x.log_probability for x in top1.candidates[0].logprobs_result
+                .chosen_candidates] == [x.log_probability for x in greedy.candidates[0]
+                                        .logprobs_result.chosen_candidates]
 
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)

@@ -114,6 +114,10 @@ def check_sampling(sampling: Sampling) -> Sampling:
     if not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= 10_000_000:
         raise ConfigError(f"max_tokens {m!r} is out of range", "--max-tokens",
                           "allowed: an integer, at least 1 (at most 10000000)")
+    k = sampling.top_k
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= 10_000_000:
+        raise ConfigError(f"top_k {k!r} is out of range", "sampling.top_k",
+                          "allowed: an integer, 0 (off) or the number of tokens to keep")
     if sampling.seed is not None and (not isinstance(sampling.seed, int)
                                       or not 0 <= sampling.seed <= MAX_SEED):
         raise ConfigError(f"sampling seed {sampling.seed!r} is out of range", "sampling.seed",

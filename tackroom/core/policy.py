@@ -13,17 +13,27 @@ from tackroom.core.task import Expert, Task
 
 @dataclass(frozen=True)
 class Sampling:
-    """Sampling parameters; part of the episode id, so two runs that differ here differ."""
+    """Sampling parameters; part of the episode id, so two runs that differ here differ.
+
+    ``top_k`` keeps the ``k`` most likely tokens before ``top_p`` is applied (as
+    vLLM and transformers do); ``0`` is off. It is left out of :meth:`to_dict` when
+    off, so records, run configs and episode ids made before it existed are unchanged.
+    """
 
     temperature: float = 0.0
     top_p: float = 1.0
     max_tokens: int = 512
     seed: int | None = None
     logprobs: bool = False
+    top_k: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "top_p": self.top_p,
-                "max_tokens": self.max_tokens, "seed": self.seed, "logprobs": self.logprobs}
+        out: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p,
+                               "max_tokens": self.max_tokens, "seed": self.seed,
+                               "logprobs": self.logprobs}
+        if self.top_k:
+            out["top_k"] = self.top_k
+        return out
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,8 @@ class RunConfig:
         kwargs: dict[str, Any] = {k: v for k, v in data.items() if k in known and v is not None}
         if isinstance(kwargs.get("sampling"), Mapping):
             s = kwargs["sampling"]
-            kwargs["sampling"] = Sampling(**{k: s[k] for k in Sampling().to_dict() if k in s})
+            kwargs["sampling"] = Sampling(**{f.name: s[f.name] for f in fields(Sampling)
+                                             if f.name in s})
         for name in ("tasks", "harnesses", "policies", "seeds", "inexpressible"):
             if name in kwargs:
                 kwargs[name] = list(kwargs[name])

@@ -194,7 +194,8 @@ class LLMProposer:
                    proposal: int) -> list[Edit] | None:
         messages = self.messages(parent, failures)
         sampling = Sampling(temperature=self.sampling.temperature, top_p=self.sampling.top_p,
-                            max_tokens=self.sampling.max_tokens, seed=seed)
+                            max_tokens=self.sampling.max_tokens, seed=seed,
+                            top_k=self.sampling.top_k)
         problems, answers = [], []
         for _attempt in range(2):  # the answer, then one retry shown what was wrong
             try:

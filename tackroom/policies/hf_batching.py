@@ -3,8 +3,8 @@
 Calls that arrive within ``batch_wait_ms`` of each other share one left-padded
 ``generate`` call (at most ``max_batch`` rows), run in a worker thread so the event
 loop goes on; a batch never mixes adapters. Rows may differ in sampling settings:
-:class:`RowSampler` samples each row with its own temperature, top-p and generator,
-so a seeded call gives the same tokens alone or in any batch.
+:class:`RowSampler` samples each row with its own temperature, top-k, top-p and
+generator, so a seeded call gives the same tokens alone or in any batch.
 """
 
 from __future__ import annotations
@@ -126,12 +126,18 @@ class Batcher:
 
 
 class RowSampler:
-    """Samples each row with its own temperature, top-p and generator, inside ``generate``.
+    """Samples each row with its own temperature, top-k, top-p and generator, inside ``generate``.
 
     ``generate`` runs greedy; for a sampling row this processor draws the
     token itself and leaves only that token finite, so the argmax is the draw.
     Greedy rows (temperature 0) pass through untouched. Per-row generators
     make a seeded call independent of whatever else shares its batch.
+
+    The filters apply in transformers' order (``TemperatureLogitsWarper``,
+    ``TopKLogitsWarper``, ``TopPLogitsWarper``), which vLLM's sampler follows too:
+    the logits are divided by the temperature, tokens below the ``top_k``-th
+    largest are removed (ties with it are kept, as both do), and top-p is taken
+    over the renormalised distribution of what is left.
     """
 
     def __init__(self, samplings: list[Sampling], device: str, rng: random.Random) -> None:
@@ -151,7 +157,11 @@ class RowSampler:
         for i, s in enumerate(self.samplings):
             if s.temperature <= 0:
                 continue
-            probs = torch.softmax(scores[i].float() / s.temperature, dim=-1)
+            logits = scores[i].float() / s.temperature
+            if 0 < s.top_k < logits.numel():
+                kth = torch.topk(logits, s.top_k).values[-1]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            probs = torch.softmax(logits, dim=-1)
             if s.top_p < 1.0:
                 sorted_p, order = torch.sort(probs, descending=True)
                 drop = torch.cumsum(sorted_p, dim=-1) - sorted_p >= s.top_p

@@ -10,8 +10,8 @@ a model with itself later.
 Choices, and why:
 
 * **Log-probs are of the model's own distribution** — ``log_softmax`` of the
-  unmodified logits, as if at temperature 1 without top-p — whatever the
-  sampling settings. That is the quantity policy-gradient losses and
+  unmodified logits, as if at temperature 1 without top-k or top-p — whatever
+  the sampling settings. That is the quantity policy-gradient losses and
   importance ratios use, it is the same for greedy and sampled calls, and
   :meth:`HFPolicy.score` recomputes it from the tokens alone (one forward
   pass), so generation and training can be checked against each other.
@@ -23,8 +23,8 @@ Choices, and why:
   ``max_batch`` rows), run in a worker thread so the event loop goes on.
   Log-probs that are not finite (a broken checkpoint) are recorded as missing,
   with a note.
-  Rows may differ in sampling settings: sampling is done per row by a logits
-  processor with the row's own ``torch.Generator`` (seeded by
+  Rows may differ in sampling settings (temperature, top-k, top-p): sampling is
+  done per row by a logits processor with the row's own ``torch.Generator`` (seeded by
   ``Sampling.seed``), so a seeded call gives the same tokens alone or in any
   batch, and greedy rows are plain argmax.
 * **Tool calls** are read from ``<tool_call>{...}</tool_call>`` blocks only

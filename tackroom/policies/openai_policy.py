@@ -126,7 +126,9 @@ class OpenAIPolicy:
         return_token_ids: ask for sampled token ids (vLLM's ``return_token_ids``
             extension). ``None`` (default): ask when the server is local, where it
             is almost surely vLLM/SGLang; hosted APIs may reject unknown fields.
-        extra_body: more fields for every request (e.g. ``{"top_k": 20}``).
+        extra_body: more fields for every request (e.g. ``{"min_p": 0.05}``);
+            they win over the request's own. A request whose :class:`Sampling`
+            sets ``top_k`` sends it (vLLM's and SGLang's field; never sent when off).
         max_reply_chars: the most characters of text plus tool-call arguments
             kept from one reply; the rest is dropped, ``finish_reason`` becomes
             ``"length"`` and the text ends with :data:`CUT_NOTE`. ``None``
@@ -260,6 +262,8 @@ class OpenAIPolicy:
         extra = self.extra_body
         if self.return_token_ids:
             extra = {**extra, "return_token_ids": True}
+        if s.top_k:  # not an OpenAI field (vLLM's and SGLang's): sent only when set;
+            extra = {"top_k": s.top_k, **extra}  # extra_body wins, as over every field
         max_chars, max_bytes = self.reply_limits(s.max_tokens)
         data = await self._post_with_retries(kwargs, extra, max_bytes)
         return parse_completion(data, max_chars, self.model, self._scrub_output)

@@ -63,9 +63,11 @@ Choices, and why:
   chunks concatenate to exactly the non-streaming reply; the first byte comes
   when the batch is done, not token by token.
 * **Log-probs** are ``log_softmax`` of the model's unmodified logits (see
-  ``HFPolicy``), whatever ``temperature`` / ``top_p`` are.
+  ``HFPolicy``), whatever ``temperature`` / ``top_k`` / ``top_p`` are.
+* **Sampling** honours ``temperature``, ``top_k`` (``0`` or ``-1``: off, as in vLLM;
+  applied before ``top_p``, as vLLM and transformers do), ``top_p`` and ``seed``.
 * **Sampling knobs we cannot honour are refused** (400, naming the field):
-  ``n > 1``, penalties, ``top_k``, ``min_p``, ``logit_bias``, ``top_logprobs > 0``,
+  ``n > 1``, penalties, ``min_p``, ``logit_bias``, ``top_logprobs > 0``,
   ``response_format`` other than text, ``tool_choice`` ``"required"`` or a named
   function. A silently ignored knob would make a comparison quietly wrong.
 * **Hostile clients are contained** by the wire stack's rules, the gateway's

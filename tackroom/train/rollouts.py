@@ -75,7 +75,7 @@ def draw_cells(tasks: Sequence[Task], harnesses: Sequence[HarnessSpec], policy: 
             for _ in range(group_size):
                 s = Sampling(temperature=sampling.temperature, top_p=sampling.top_p,
                              max_tokens=sampling.max_tokens, seed=rng.getrandbits(31),
-                             logprobs=True)
+                             logprobs=True, top_k=sampling.top_k)
                 cells.append(EpisodeSpec(task, h, policy, env_seed, s))
     return cells
 

@@ -8,8 +8,10 @@ Two servers read the same body with two intents, in one place:
   messages, tools, ``tool_choice``, ``stream`` and ``logprobs`` are read, the rest
   kept in ``requested`` for diagnosis (the run's :class:`Sampling` is enforced).
 * :func:`parse_chat_request` — ``tackroom serve``'s strict reading: every sampling
-  knob is read, and one the ``hf`` backend cannot honour is refused with a 400
-  naming it (a silently ignored knob would make a comparison quietly wrong).
+  knob is read (``temperature``, ``top_p``, ``top_k`` — ``0`` and ``-1`` mean off,
+  as in vLLM — ``max_tokens``, ``seed``, ``stop``), and one the ``hf`` backend cannot
+  honour is refused with a 400 naming it (a silently ignored knob would make a
+  comparison quietly wrong).
 
 Both refuse what cannot be passed on faithfully with a 400 that names the field:
 a message without a known role, a content part other than text (an image would
@@ -245,8 +247,6 @@ def _refuse_unhonoured_knobs(body: dict[str, Any]) -> None:
             raise _refuse(key, "other than 0")
     if _number(body, "repetition_penalty", 1.0) != 1.0:
         raise _refuse("repetition_penalty", "other than 1")
-    if _number(body, "top_k", -1, integer=True) not in (-1, 0):
-        raise _refuse("top_k", "other than -1/0")
     if _number(body, "min_p", 0.0):
         raise _refuse("min_p", "other than 0")
     if body.get("logit_bias"):
@@ -299,6 +299,10 @@ def parse_chat_request(body: Any, served: dict[str, str | None], *,
         raise _refuse("tool_choice", f"= {json.dumps(choice)[:60]} (use \"auto\" or \"none\")")
     temperature = _number(body, "temperature", 1.0, lo=0.0, hi=2.0)
     top_p = _number(body, "top_p", 1.0, lo=0.0, hi=1.0, lo_open=True)
+    top_k = _number(body, "top_k", 0, integer=True)
+    if top_k < -1:  # -1 and 0 both mean off, as in vLLM
+        raise ApiError(400, f"'top_k' is {top_k}; it must be a positive integer, or 0 or -1 "
+                            "for no top-k", param="top_k")
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
         else "max_tokens"
     max_tokens = _number(body, key, default_max_tokens, lo=1, integer=True)
@@ -316,7 +320,8 @@ def parse_chat_request(body: Any, served: dict[str, str | None], *,
         model=model, adapter=served[model], messages=messages, tools=tools,
         parse_tools=bool(tools) and choice != "none",
         sampling=Sampling(temperature=float(temperature), top_p=float(top_p),
-                          max_tokens=int(max_tokens), seed=seed, logprobs=bool(logprobs)),
+                          max_tokens=int(max_tokens), seed=seed, logprobs=bool(logprobs),
+                          top_k=max(int(top_k), 0)),
         stop=stops, logprobs=bool(logprobs), stream=stream,
         include_usage=bool((opts or {}).get("include_usage")),
         return_token_ids=body.get("return_token_ids") is True)
