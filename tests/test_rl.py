@@ -22,6 +22,7 @@ pytest.importorskip("torch")
 
 import torch  # noqa: E402
 from conftest import tackroom_killed_after  # noqa: E402
+from inprocess_cli import run_here  # noqa: E402
 
 from tackroom.app.training import train  # noqa: E402
 from tackroom.core.errors import ConfigError  # noqa: E402
@@ -413,7 +414,9 @@ def test_cli_trains_from_toml_with_overrides_and_resumes_after_a_crash(env, tmp_
                              env={**os.environ, **_cli_env(env)})
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
     assert (out / "checkpoint-2").is_dir() and not (out / "final").exists()
-    p = cli(*args, "--resume", cwd=tmp_path, env_extra=_cli_env(env))
+    # The resume in this process: the crash above is the process that matters, and a
+    # second `tackroom train` process would spend seconds importing torch again.
+    p = run_here(*args, "--resume", cwd=tmp_path, env_extra=_cli_env(env))
     assert p.returncode == 0, p.stderr
     assert "resumed from step 2" in p.stdout
     # An optional tracker that is not installed is one line, not a failure.
@@ -432,13 +435,14 @@ def test_cli_trains_from_toml_with_overrides_and_resumes_after_a_crash(env, tmp_
 
 
 def test_cli_bad_setting_is_one_line(env, tmp_path):
+    # `tackroom train` in this process (what it prints and returns, not its process).
     (tmp_path / "train.toml").write_text(_toml(env, tmp_path / "x"))
-    p = cli("train", "-c", "train.toml", "algo.epsilonn=0.2", "--db", env["db"], cwd=tmp_path,
-            env_extra=_cli_env(env))
+    p = run_here("train", "-c", "train.toml", "algo.epsilonn=0.2", "--db", env["db"],
+                 cwd=tmp_path, env_extra=_cli_env(env))
     assert p.returncode == 2 and "Traceback" not in p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "did you mean 'algo.epsilon'" in lines[0]
-    p = cli("train", "--db", env["db"], cwd=tmp_path, env_extra=_cli_env(env))
+    p = run_here("train", "--db", env["db"], cwd=tmp_path, env_extra=_cli_env(env))
     assert p.returncode == 2 and "model.path is empty" in p.stderr
     assert "Traceback" not in p.stderr
 
@@ -447,10 +451,14 @@ def test_cli_bad_setting_is_one_line(env, tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                     reason="needs the scale extra: pip install 'tackroom[scale]'")
 def test_cli_train_plays_rollouts_on_ray_workers(env, tmp_path):
-    """`tackroom train --ray`: each step's rollouts come from Ray actors holding that step's weights."""
+    """`tackroom train --ray`: each step's rollouts come from Ray actors holding that step's weights.
+
+    One episode at a time, so one actor per step: each actor starts a Python, imports
+    torch and transformers and loads the weights, and a second one would show nothing more.
+    """
     out = tmp_path / "ray"
     (tmp_path / "train.toml").write_text(_toml(env, out))
-    p = cli("train", "-c", "train.toml", "run.log_to=[]", "rollout.concurrency=4",
+    p = cli("train", "-c", "train.toml", "run.log_to=[]", "rollout.concurrency=1",
             "--ray", "--db", env["db"], "--threads", "1", cwd=tmp_path,
             env_extra=_cli_env(env))
     assert p.returncode == 0, p.stdout + p.stderr
