@@ -12,7 +12,8 @@ agent episodes at once.
   (``tackroom/images/agent_layer.py``: a Debian runtime and the CLI installed over it)
   built cold in the same cache (the first CLI on a runtime pays for the runtime), then
   looked up again (cached).
-* **Episode start**, interleaved so that machine load hits all alike, on the first task:
+* **Episode start**, interleaved so that machine load hits all alike, on
+  ``--episode-task`` (default ``jq-count-items``: ``debian:bookworm-slim``, no Python):
 
   - bubblewrap: (a) a bare ``bwrap --ro-bind / / bash -c true``; (b) a plain sandbox on
     the host system, ``Sandbox(...).run("true")``; (c) a plain episode on the built
@@ -28,7 +29,7 @@ agent episodes at once.
     detached), removed.
 
   Targets: (d) within 2× of (a), (g) within 2× of (e).
-* **Concurrent agent episodes**: the first task imported into a store of its own, then
+* **Concurrent agent episodes**: the same task imported into a store of its own, then
   ``--episodes`` episodes of ``--concurrent-harness`` with the expert policy, all at once
   (``concurrency`` = ``--episodes``): episodes, successes, ``infra_error`` s, wall time.
   Target: ≥ 20 at once on 2 cores without an ``infra_error``.
@@ -43,7 +44,7 @@ Usage::
         [--cold-cache DIR]   # reuse DIR as the cold cache (default: a fresh temporary one)
         [--agents mini-swe-agent,qwen-code]   # '' for none
         [--episodes 20] [--concurrent-harness mini-swe-agent]   # --episodes 0: none
-        [--profile]   # where an agent episode's start goes, stage by stage
+        [--episode-task jq-count-items] [--profile]   # where an agent episode's start goes, stage by stage
 """
 
 from __future__ import annotations
@@ -366,6 +367,9 @@ def main() -> None:
     ap.add_argument("--cold-cache", default="", help="directory for the cold cache")
     ap.add_argument("--agents", default="mini-swe-agent,qwen-code",
                     help="comma-separated agent harnesses whose layers to build ('' for none)")
+    ap.add_argument("--episode-task", default="jq-count-items",
+                    help="the task of the episode starts and concurrent episodes (one of "
+                    "--tasks; its first when not among them)")
     ap.add_argument("--start-agent", default="mini-swe-agent",
                     help="the agent harness whose layer the agent episode starts mount")
     ap.add_argument("--episodes", type=int, default=20,
@@ -407,7 +411,8 @@ def main() -> None:
         if agents:
             _agent_layers(agents)
 
-        td = load_task(staged[0])
+        at = next((i for i, src in enumerate(sources) if src.name == args.episode_task), 0)
+        td = load_task(staged[at])
         layers = environment.prepare(td).image.layers
         agent = load_harness(args.start_agent).agent
         layer = ensure_agent_layer(agent)
@@ -419,7 +424,7 @@ def main() -> None:
         if args.profile:
             _profile(td, layers, action, args.n, docker_why)
         if args.episodes:
-            _concurrent(sources[0], args.concurrent_harness, args.episodes, "bubblewrap")
+            _concurrent(sources[at], args.concurrent_harness, args.episodes, "bubblewrap")
     finally:
         release()
         if not args.cold_cache:
