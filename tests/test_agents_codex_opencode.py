@@ -19,6 +19,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from cli_model import one_layer_chat_dir  # noqa: F401 - a fixture
 
 import tackroom
 from tackroom.agents.experts import make_agent_expert
@@ -55,16 +56,18 @@ def installed():
 
 
 @pytest.mark.parametrize("suite", ["code", "terminal"])
-@pytest.mark.parametrize("cli", list(CLIS))
 @runs_the_clis
-def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, cli, suite):
+def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, suite):
+    """Both CLIs in one run (their episodes side by side): each solves every task."""
     tasks = CODE_TASKS if suite == "code" else TERMINAL_TASKS
-    run = tackroom.evaluate(suite, tasks=tasks, harnesses=[cli], policies=["expert"],
+    run = tackroom.evaluate(suite, tasks=tasks, harnesses=list(CLIS), policies=["expert"],
                             seeds=[0], store=tmp_path / "r.duckdb")
     episodes = run.load_episodes()
-    assert sorted(ep.task.split("/")[-1] for ep in episodes) == sorted(tasks)
+    for cli in CLIS:
+        assert sorted(ep.task.split("/")[-1] for ep in episodes if ep.harness == cli) == \
+            sorted(tasks), cli
     for ep in episodes:
-        agent = ep.meta["agent"]
+        agent, cli = ep.meta["agent"], ep.harness
         assert ep.outcome.value == "success", (ep.task, ep.error, agent.get("output"))
         assert agent["exit"] == 0 and agent["cli"] == cli, agent
         assert not agent.get("unanswered_calls"), agent  # it called no API the gateway lacks
@@ -105,17 +108,18 @@ def test_opencodes_title_call_without_title_flag_is_a_labelled_side_call(tmp_pat
 
 
 @runs_the_clis
-def test_a_tiny_model_completes_episodes_under_each_cli(tmp_path, tiny_chat_dir, monkeypatch):
-    """gateway -> ``tackroom serve`` -> a random model: every agent turn of either CLI has
-    the served token ids and log-probs, whatever API it came in; the episodes end as the
-    model's own (no infra_error)."""
+def test_a_tiny_model_completes_episodes_under_each_cli(tmp_path, one_layer_chat_dir,  # noqa: F811
+                                                        monkeypatch):
+    """gateway -> ``tackroom serve`` -> a random model (one layer: the CLIs' prompts are long):
+    every agent turn of either CLI has the served token ids and log-probs, whatever API it
+    came in; the episodes end as the model's own (no infra_error)."""
     monkeypatch.setenv("TACKROOM_HARNESS_PATH", str(tmp_path))
     harnesses = []
     for name in CLIS:
         short = tmp_path / f"{name}-short.toml"
         short.write_text(f'extends = "{name}"\n[budget]\nturns = 2\nwall_seconds = 300\n')
         harnesses.append(str(short))
-    with ServerThread(tiny_chat_dir) as srv:
+    with ServerThread(one_layer_chat_dir) as srv:
         run = tackroom.evaluate("code", tasks=["add-business-days"], harnesses=harnesses,
                                 policies=[f"openai:{srv.model_name}"], base_url=srv.base_url,
                                 seeds=[0], sampling=Sampling(max_tokens=8, logprobs=True),
@@ -144,13 +148,13 @@ async def test_the_exec_command_expert_answers_codexs_captured_requests_in_its_f
               for n in ("first-turn", "tool-result")]
     async with ModelGateway(policy=expert) as gw:
         route = gw.open_episode(Sampling(temperature=0.0), policy=expert, max_turns=2)
-        client = openai.AsyncOpenAI(base_url=route.base_url, api_key=route.token,
-                                    max_retries=0, timeout=30)
-        # The body as Codex sent it; the keys the SDK does not know go as they are.
-        known = set(inspect.signature(client.responses.create).parameters)
-        replies = [await client.responses.create(
-            **{k: v for k, v in b.items() if k in known and k != "stream"},
-            extra_body={k: v for k, v in b.items() if k not in known}) for b in bodies]
+        async with openai.AsyncOpenAI(base_url=route.base_url, api_key=route.token,
+                                      max_retries=0, timeout=30) as client:
+            # The body as Codex sent it; the keys the SDK does not know go as they are.
+            known = set(inspect.signature(client.responses.create).parameters)
+            replies = [await client.responses.create(
+                **{k: v for k, v in b.items() if k in known and k != "stream"},
+                extra_body={k: v for k, v in b.items() if k not in known}) for b in bodies]
         gw.close_episode(route.token)
     [call] = [i for i in replies[0].output if i.type == "function_call"]
     assert call.name == "exec_command"
