@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from cli_model import one_layer_chat_dir  # noqa: F401 - a fixture
 
 import tackroom
 from tackroom.agents.install import ensure_installed
@@ -80,18 +81,20 @@ def test_the_gateway_reads_each_clis_requests_as_captured(cli, dialect):
 
 
 @pytest.mark.parametrize("suite", ["code", "terminal"])
-@pytest.mark.parametrize("cli", list(CLIS))
 @pytest.mark.usefixtures("installed")
 @needs_sandbox
 @pytest.mark.slow
-def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, cli, suite):
+def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, suite):
+    """Both CLIs in one run (their episodes side by side): each solves every task."""
     tasks = CODE_TASKS if suite == "code" else TERMINAL_TASKS
-    run = tackroom.evaluate(suite, tasks=tasks, harnesses=[cli], policies=["expert"],
+    run = tackroom.evaluate(suite, tasks=tasks, harnesses=list(CLIS), policies=["expert"],
                             seeds=[0], store=tmp_path / "r.duckdb")
     episodes = run.load_episodes()
-    assert sorted(ep.task.split("/")[-1] for ep in episodes) == sorted(tasks)
+    for cli in CLIS:
+        assert sorted(ep.task.split("/")[-1] for ep in episodes if ep.harness == cli) == \
+            sorted(tasks), cli
     for ep in episodes:
-        agent = ep.meta["agent"]
+        agent, cli = ep.meta["agent"], ep.harness
         assert ep.outcome.value == "success", (ep.task, ep.error, agent.get("output"))
         assert agent["exit"] == 0 and agent["cli"] == cli, agent
         assert not agent.get("unanswered_calls"), agent  # it called no API the gateway lacks
@@ -110,35 +113,40 @@ def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, cli,
         assert CLIS[cli] in [t["function"]["name"] for t in agent["tools"]]
 
 
-@pytest.mark.parametrize("cli", list(CLIS))
 @pytest.mark.usefixtures("installed")
 @needs_sandbox
 @pytest.mark.slow
-def test_a_tiny_model_completes_an_episode_under_each_cli(tmp_path, tiny_chat_dir, monkeypatch,
-                                                          cli):
+def test_a_tiny_model_completes_an_episode_under_each_cli(
+        tmp_path, one_layer_chat_dir, monkeypatch):  # noqa: F811
     """gateway -> ``tackroom serve`` -> a random model: every agent turn has the served token
-    ids and log-probs, though the CLI asked in its own API; the episode ends as the model's
-    own (no infra_error)."""
+    ids and log-probs, though each CLI asked in its own API; each episode ends as the model's
+    own (no infra_error). Both CLIs in one run, behind one server."""
     monkeypatch.setenv("TACKROOM_HARNESS_PATH", str(tmp_path))
-    short = tmp_path / f"{cli}-short.toml"
-    short.write_text(f'extends = "{cli}"\n[budget]\nturns = 1\nwall_seconds = 300\n'
-                     + QUICK.get(cli, ""))
-    with ServerThread(tiny_chat_dir) as srv:
-        run = tackroom.evaluate("code", tasks=["add-business-days"], harnesses=[str(short)],
+    harnesses = []
+    for cli in CLIS:
+        short = tmp_path / f"{cli}-short.toml"
+        short.write_text(f'extends = "{cli}"\n[budget]\nturns = 1\nwall_seconds = 300\n'
+                         + QUICK.get(cli, ""))
+        harnesses.append(str(short))
+    with ServerThread(one_layer_chat_dir) as srv:
+        run = tackroom.evaluate("code", tasks=["add-business-days"], harnesses=harnesses,
                                 policies=[f"openai:{srv.model_name}"], base_url=srv.base_url,
                                 seeds=[0], sampling=Sampling(max_tokens=8, logprobs=True),
                                 store=tmp_path / "r.duckdb")
-    [ep] = run.load_episodes()
-    agent = ep.meta["agent"]
-    assert ep.outcome.value in ("failure", "timeout", "budget_exhausted"), (
-        ep.error, agent.get("output"))
-    assert ep.turns and agent["calls"] == len(ep.turns), agent
-    for turn in ep.turns:
-        assert turn.token_ids and len(turn.token_ids) == len(turn.logprobs) <= 8
-        assert turn.completion_tokens == len(turn.token_ids)
-        assert turn.messages[0]["role"] == "system"  # the CLI's own, translated
-    # The CLI's own tools, recorded for training: its shell tool among them.
-    assert CLIS[cli] in [t["function"]["name"] for t in agent["tools"]]
+    episodes = {ep.harness: ep for ep in run.load_episodes()}
+    assert sorted(episodes) == sorted(f"{cli}-short" for cli in CLIS)
+    for cli, tool in CLIS.items():
+        ep = episodes[f"{cli}-short"]
+        agent = ep.meta["agent"]
+        assert ep.outcome.value in ("failure", "timeout", "budget_exhausted"), (
+            cli, ep.error, agent.get("output"))
+        assert ep.turns and agent["calls"] == len(ep.turns), agent
+        for turn in ep.turns:
+            assert turn.token_ids and len(turn.token_ids) == len(turn.logprobs) <= 8
+            assert turn.completion_tokens == len(turn.token_ids)
+            assert turn.messages[0]["role"] == "system"  # the CLI's own, translated
+        # The CLI's own tools, recorded for training: its shell tool among them.
+        assert tool in [t["function"]["name"] for t in agent["tools"]]
 
 
 class Delegating:
