@@ -48,8 +48,10 @@ def test_ray_workers_record_the_same_episodes_as_a_local_run(tmp_path):
     assert {v[4] for v in b.values()} == {"success"}
 
 
+#: Codex: a native binary that starts in a second (mini-swe-agent on Ray actors is
+#: tests/test_agents_rl.py's), through the Responses dialect of each actor's gateway.
 AGENT_GRID = ["--suite", "code", "--tasks", "add-business-days,allocate-ratios",
-              "--harness", "mini-swe-agent", "--policy", "expert", "--seeds", "0", "-n", "2"]
+              "--harness", "codex", "--policy", "expert", "--seeds", "0", "-n", "2"]
 
 
 def agent_episodes(db: str) -> dict[str, tuple]:
@@ -66,7 +68,7 @@ def agent_episodes(db: str) -> dict[str, tuple]:
 @pytest.mark.slow
 @pytest.mark.skipif(not sandbox_available(), reason="needs bubblewrap")
 def test_agent_harness_episodes_run_on_ray_workers_as_they_do_locally(tmp_path):
-    """mini-swe-agent, unmodified, with its expert behind each actor's own gateway: the same
+    """Codex, unmodified, with its expert behind each actor's own gateway: the same
     episodes, outcomes and turns as the local executor (the CLI from the install cache)."""
     local, on_ray = str(tmp_path / "local.duckdb"), str(tmp_path / "ray.duckdb")
     p = run_cli("eval", *AGENT_GRID, "--db", local, cwd=tmp_path, timeout=300)
@@ -79,4 +81,4 @@ def test_agent_harness_episodes_run_on_ray_workers_as_they_do_locally(tmp_path):
     assert len(a) == 2 and a == b
     for value in b.values():
         assert value[4] == "success" and value[6] == value[7] == 2, value
-        assert value[8] == [["bash"], ["bash"]]  # its shell tool, then its submit command
+        assert value[8] == [["exec_command"], []]  # its exec tool, then a plain reply
