@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("torch")
 
 import torch  # noqa: E402
-from conftest import CLI_ENV, run_cli, tackroom_killed_after  # noqa: E402
+from conftest import CLI_ENV, tackroom_killed_after  # noqa: E402
+from inprocess_cli import run_here  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
@@ -22,13 +23,18 @@ from tackroom.models.corpus import harness_corpus  # noqa: E402
 from tackroom.records import RecordStore  # noqa: E402
 from tackroom.train.sft import IGNORE, Selection, build_dataset  # noqa: E402
 
-#: One torch thread in the CLI processes: a 1M-parameter model is fastest that way.
+#: One torch thread, here and in the killed CLI process: a 1M-parameter model is fastest
+#: that way.
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 ENV = {**os.environ, **CLI_ENV, **ONE_THREAD}
+torch.set_num_threads(1)
 
 
-def cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return run_cli(*args, cwd=cwd, timeout=timeout, env_extra=ONE_THREAD)
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``tackroom ARGS`` in this process: these tests are about what the commands do and
+    say, not about their process (the crash is a real subprocess), and a subprocess would
+    spend seconds importing torch and transformers for each call."""
+    return run_here(*args, cwd=cwd, env_extra=ONE_THREAD)
 
 
 @pytest.fixture(scope="module")
