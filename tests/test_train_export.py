@@ -1,4 +1,8 @@
-"""`tackroom export-groups`: groups with advantages in the Parquet shapes verl and TRL read."""
+"""`tackroom export-groups`: groups with advantages in the Parquet shapes verl and TRL read.
+
+The CLI runs in this process (what it writes, prints and returns; a subprocess per call
+would only add the package's import time).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import pytest
 
 datasets = pytest.importorskip("datasets")
 
-from conftest import run_cli  # noqa: E402
+from inprocess_cli import run_here as run_cli  # noqa: E402
 
 from tackroom.records import RecordStore  # noqa: E402
 from tackroom.train.advantages import compute_advantages  # noqa: E402
