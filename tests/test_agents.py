@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from cli_model import one_layer_chat_dir  # noqa: F401 - a fixture
 from conftest import free_port
 
 import tackroom
@@ -61,25 +61,20 @@ def installed():
         return list(pool.map(ensure_installed, agents))
 
 
-def _case(harness: str, suite: str, tasks: list[str]) -> Any:
-    why = f"{harness} needs a Python this machine lacks"
-    return pytest.param(harness, suite, tasks, id=f"{harness}-{suite}",
-                        marks=pytest.mark.skipif(harness not in RUNNABLE, reason=why))
-
-
-CASES = [_case(h, "code", CODE_TASKS) for h in SHIPPED] + \
-        [_case(h, "terminal", TERMINAL_TASKS) for h, tool in SHIPPED.items() if tool]
-
-
-@pytest.mark.parametrize(("harness", "suite", "tasks"), CASES)
-def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, harness, suite,
-                                                                  tasks):
-    run = tackroom.evaluate(suite, tasks=tasks, harnesses=[harness], policies=["expert"],
+@pytest.mark.parametrize("suite", ["code", "terminal"])
+def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, suite):
+    """Every shipped CLI this machine can run, in one run (their episodes side by side): each
+    solves every task of the suite (Aider, which has no shell, the code tasks only)."""
+    tasks = CODE_TASKS if suite == "code" else TERMINAL_TASKS
+    harnesses = [h for h in RUNNABLE if suite == "code" or SHIPPED[h]]
+    run = tackroom.evaluate(suite, tasks=tasks, harnesses=harnesses, policies=["expert"],
                             seeds=[0], store=tmp_path / "r.duckdb")
     episodes = run.load_episodes()
-    assert sorted(ep.task.split("/")[-1] for ep in episodes) == sorted(tasks)
-    tool = SHIPPED[harness]
+    for harness in harnesses:
+        assert sorted(ep.task.split("/")[-1] for ep in episodes if ep.harness == harness) \
+            == sorted(tasks), harness
     for ep in episodes:
+        harness, tool = ep.harness, SHIPPED[ep.harness]
         assert ep.outcome.value == "success", (ep.task, ep.error, ep.meta.get("agent"))
         agent = ep.meta["agent"]
         assert agent["exit"] == 0 and agent["cli"] == harness, agent
@@ -95,10 +90,9 @@ def test_each_cli_solves_tasks_with_its_expert_behind_the_gateway(tmp_path, harn
         # The second call carries what the first command printed back to the model.
         assert len(ep.turns) == 2 and any(m.get("role") == "tool"
                                           for m in ep.turns[1].messages)
-    if harness == "mini-swe-agent":
-        assert MINI_SYSTEM in episodes[0].turns[0].messages[0]["content"]
-        assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in json.dumps(
-            episodes[0].turns[1].tool_calls)
+        if harness == "mini-swe-agent":
+            assert MINI_SYSTEM in ep.turns[0].messages[0]["content"]
+            assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in json.dumps(ep.turns[1].tool_calls)
 
 
 def test_aider_cannot_express_a_task_that_needs_a_shell():
@@ -108,11 +102,14 @@ def test_aider_cannot_express_a_task_that_needs_a_shell():
     assert [c.harness.name for c in plan.grid.cells] == ["openhands"]
 
 
-@pytest.mark.parametrize("harness", ["mini-swe-agent", "codex", "opencode", "claude-code",
-                                     "gemini-cli"])
-def test_an_agent_cli_reaches_only_the_gateway(tmp_path, harness):
+#: A CLI of each kind: Python (litellm), Node, a native binary (Codex), Bun (OpenCode).
+PROBED = ["mini-swe-agent", "codex", "opencode", "claude-code", "gemini-cli"]
+
+
+def test_an_agent_cli_reaches_only_the_gateway(tmp_path):
     """The reference solution of this task is a probe run *by the CLI*; the tests pass
-    only if the probe reached nothing: not the host's loopback, not the internet."""
+    only if the probe reached nothing: not the host's loopback, not the internet. Every
+    probed CLI in one run, their episodes side by side."""
     store = tmp_path / "tasks"
     d = store / "net-probe"
     (d / "tests").mkdir(parents=True)
@@ -134,16 +131,18 @@ def test_an_agent_cli_reaches_only_the_gateway(tmp_path, harness):
             "[ $(grep -c blocked probe.txt) = 4 ]; then echo 1 > /logs/verifier/reward.txt; "
             "else cat probe.txt; echo 0 > /logs/verifier/reward.txt; fi\n")
         run = tackroom.evaluate(TerminalSuite(store=store), tasks=["net-probe"],
-                                harnesses=[harness], policies=["expert"], seeds=[0],
+                                harnesses=PROBED, policies=["expert"], seeds=[0],
                                 store=tmp_path / "r.duckdb")
         assert host_server.requests == []
-    [ep] = run.load_episodes()
-    assert ep.outcome.value == "success", (ep.error, ep.meta.get("verifier"))
-    assert len(ep.turns) == 2  # and the gateway it did reach recorded both calls
+    episodes = run.load_episodes()
+    assert sorted(ep.harness for ep in episodes) == sorted(PROBED)
+    for ep in episodes:
+        assert ep.outcome.value == "success", (ep.harness, ep.error, ep.meta.get("verifier"))
+        assert len(ep.turns) == 2  # and the gateway it did reach recorded both calls
 
 
-def test_eval_through_tackroom_serve_records_token_ids_and_logprobs(tmp_path, tiny_chat_dir,
-                                                                  monkeypatch):
+def test_eval_through_tackroom_serve_records_token_ids_and_logprobs(
+        tmp_path, one_layer_chat_dir, monkeypatch):  # noqa: F811
     """``--policy openai:MODEL --base-url URL`` against ``tackroom serve``: the CLIs' calls go
     gateway -> serve -> the local model; each is a turn with its token ids and log-probs, and
     the records export for training across both real harnesses with the CLIs' own tools."""
@@ -153,7 +152,7 @@ def test_eval_through_tackroom_serve_records_token_ids_and_logprobs(tmp_path, ti
         short = tmp_path / f"{name}-short.toml"
         short.write_text(f'extends = "{name}"\n[budget]\nturns = 2\nwall_seconds = 300\n')
         harnesses.append(str(short))
-    with ServerThread(tiny_chat_dir) as srv:
+    with ServerThread(one_layer_chat_dir) as srv:
         run = tackroom.evaluate("code", tasks=["add-business-days"], harnesses=harnesses,
                                 policies=[f"openai:{srv.model_name}"], base_url=srv.base_url,
                                 seeds=[0], sampling=Sampling(max_tokens=8, logprobs=True),
