@@ -1,6 +1,7 @@
 """Online RL under an agent harness: `tackroom train` rolls out through a real CLI.
 
-The policy being trained (an ``HFPolicy`` over the trainer's own weights) sits
+The policy being trained (an ``HFPolicy`` over the trainer's own weights: a one-layer
+random model, as the CLI's prompt is long) sits
 behind the model gateway; mini-swe-agent, unmodified, runs each rollout in the
 sandbox and its every model call is a turn with the token ids and log-probs the
 policy sampled. The trainer tokenises each turn with the messages the CLI sent
@@ -15,6 +16,7 @@ import math
 from pathlib import Path
 
 import pytest
+from cli_model import one_layer_chat_dir  # noqa: F401 - a fixture
 
 pytest.importorskip("torch")
 
@@ -40,11 +42,11 @@ def _cfg(model: Path, tmp_path: Path, steps: int) -> RLConfig:
         f"run.out_dir={tmp_path / 'out'}"])
 
 
-def test_online_rl_rolls_out_through_an_agent_cli(tiny_chat_dir, tmp_path):
+def test_online_rl_rolls_out_through_an_agent_cli(one_layer_chat_dir, tmp_path):  # noqa: F811
     import torch
 
     torch.set_num_threads(1)
-    cfg = _cfg(tiny_chat_dir, tmp_path, steps=2)
+    cfg = _cfg(one_layer_chat_dir, tmp_path, steps=2)
     steps: list[dict[str, float]] = []
     with RecordStore(tmp_path / "r.duckdb") as store:
         result = run_rl(cfg, store, "agent-rl", threads=1,
@@ -78,7 +80,8 @@ def test_online_rl_rolls_out_through_an_agent_cli(tiny_chat_dir, tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                     reason="needs the scale extra: pip install 'tackroom[scale]'")
-def test_online_rl_under_an_agent_cli_on_ray_rollout_workers(tiny_chat_dir, tmp_path):
+def test_online_rl_under_an_agent_cli_on_ray_rollout_workers(
+        one_layer_chat_dir, tmp_path):  # noqa: F811
     """``--ray``: each rollout worker loads the step's weights, puts its own gateway in front
     of them, and runs the CLI in its own sandboxes; the driver trains on what comes back."""
     import torch
@@ -86,7 +89,7 @@ def test_online_rl_under_an_agent_cli_on_ray_rollout_workers(tiny_chat_dir, tmp_
     torch.set_num_threads(1)
     steps: list[dict[str, float]] = []
     with RecordStore(tmp_path / "r.duckdb") as store:
-        result = run_rl(_cfg(tiny_chat_dir, tmp_path, steps=1), store, "agent-rl-ray",
+        result = run_rl(_cfg(one_layer_chat_dir, tmp_path, steps=1), store, "agent-rl-ray",
                         ray=True, threads=1, on_step=lambda step, total, m: steps.append(m))
         episodes = list(store.iter_episodes("agent-rl-ray"))
     assert result.steps == 1 and len(episodes) == 2
