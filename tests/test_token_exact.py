@@ -35,20 +35,21 @@ async def _two_turns(base_url: str, model: str) -> tuple[list, list[dict]]:
         async with ModelGateway(policy) as gw:
             route = gw.open_episode(Sampling(max_tokens=12, temperature=1.0, seed=3,
                                              logprobs=True))
-            client = openai.AsyncOpenAI(base_url=route.base_url, api_key=route.token,
-                                        max_retries=0, timeout=120)
             messages = [SYSTEM, {"role": "user", "content": "Click the OK button (ref 4)."}]
             sent = []
-            for follow_up in ("The page did not change. Try again.", None):
-                r = await client.chat.completions.create(
-                    model="tackroom", messages=messages, tools=CLICK_TOOLS,
-                    extra_body={"return_token_ids": True})
-                sent.append(r.model_dump())
-                reply = r.choices[0].message.model_dump(exclude_none=True)
-                if follow_up:
-                    messages = [*messages, {"role": "assistant",
-                                            "content": reply.get("content") or ""},
-                                {"role": "user", "content": follow_up}]
+            # Closed before the gateway: its close would wait for the kept-alive connection.
+            async with openai.AsyncOpenAI(base_url=route.base_url, api_key=route.token,
+                                          max_retries=0, timeout=120) as client:
+                for follow_up in ("The page did not change. Try again.", None):
+                    r = await client.chat.completions.create(
+                        model="tackroom", messages=messages, tools=CLICK_TOOLS,
+                        extra_body={"return_token_ids": True})
+                    sent.append(r.model_dump())
+                    reply = r.choices[0].message.model_dump(exclude_none=True)
+                    if follow_up:
+                        messages = [*messages, {"role": "assistant",
+                                                "content": reply.get("content") or ""},
+                                    {"role": "user", "content": follow_up}]
             gw.close_episode(route.token)
         return route.turns, sent
     finally:
