@@ -356,8 +356,9 @@ def _concurrent(src: Path, harness: str, episodes: int, sandbox: str) -> None:
               f"infra_errors {outcomes['infra_error']}, wall {wall:.1f} s "
               f"(target: 0 infra_error: {'met' if not outcomes['infra_error'] else 'NOT met'})")
         for ep in eps:
-            if ep.outcome.value != "success":
-                print(f"    {ep.outcome.value}: {(ep.error or '')[:200]}")
+            if ep.outcome.value != "success":  # what happened, and how it ended
+                error = " ".join((ep.error or "").split())
+                print(f"    {ep.outcome.value}: {error[:90]} … {error[-110:]}")
 
 
 def main() -> None:
