@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CLI_ENV, TACKROOM, run_cli
+from conftest import CLI_ENV, TACKROOM
+from inprocess_cli import run_here
 
 import tackroom
 from tackroom.app.optimization import audit, journal, optimize
@@ -151,7 +152,8 @@ def test_a_killed_optimize_resumes_without_rerunning_finished_evaluations(tmp_pa
             interrupted = store.run(f"{run_id}.r0c1.dev")
         assert "eval:r0c0:dev" in before and "eval:r0c1:dev" not in before
         assert interrupted is not None and interrupted["status"] != "finished"
-        done = run_cli("optimize", "--resume", run_id, "--db", str(db), cwd=tmp_path)
+        # The resume in this process: the kill above is the process that matters.
+        done = run_here("optimize", "--resume", run_id, "--db", str(db), cwd=tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"resuming evaluation {run_id}.r0c1.dev" in done.stdout
         with RecordStore(db) as store:
@@ -179,11 +181,12 @@ def test_bad_optimize_configs_are_one_clear_line(tmp_path: Path) -> None:
     overlap = tmp_path / "overlap.toml"
     overlap.write_text('[optimize]\ntasks = ["click-button"]\n[splits]\ndev = "0-9"\n'
                        'test = "5-20"\n')
-    proc = run_cli("optimize", "-c", str(overlap), "--db", str(tmp_path / "r.duckdb"),
-                   cwd=tmp_path)
+    # The CLI in this process: what it says and returns, without a process start per call.
+    proc = run_here("optimize", "-c", str(overlap), "--db", str(tmp_path / "r.duckdb"),
+                    cwd=tmp_path)
     assert proc.returncode == 2 and "share seeds" in proc.stderr
     assert "Traceback" not in proc.stderr
-    proc = run_cli("audit", "opt-nope", "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path)
+    proc = run_here("audit", "opt-nope", "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path)
     assert proc.returncode == 2 and "no optimiser run" in proc.stderr
 
 
