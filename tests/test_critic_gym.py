@@ -22,9 +22,11 @@ Measured before fixing the margins (torch 2.13 CPU, one thread), seeds 0-9:
     8      0.6688   0.6200        1.079
     9      0.4690   0.2448        1.915
 
-The test runs seeds 0-4 (per-seed ratio min 2.13; pooled ratio of mean errors
-2.50; over all ten seeds the pooled ratio is 2.18 and the per-seed minimum
-1.08) and asserts a per-seed ratio >= 1.5 and a pooled ratio >= 1.8.
+The test runs seeds 0-2 (per-seed ratio min 2.13; pooled ratio of mean errors
+2.36; over all ten seeds the pooled ratio is 2.18 and the per-seed minimum
+1.08) and asserts a per-seed ratio >= 1.5 and a pooled ratio >= 1.8. Three
+seeds, not five: each PPO run costs ~5 s of CPU, and seeds 3-4 (ratios 3.52
+and 2.26) add nothing the first three do not already show.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ np = pytest.importorskip("numpy")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "critic"))
 from ppo import make_args, train  # noqa: E402
 
-SEEDS = range(5)
+SEEDS = range(3)
 PER_SEED_RATIO = 1.5
 POOLED_RATIO = 1.8
 
