@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -14,11 +10,12 @@ import pytest
 
 pytest.importorskip("torch")
 
-from conftest import CLI_ENV, TACKROOM, free_port, run_cli  # noqa: E402
+from inprocess_cli import run_here  # noqa: E402
 
 from tackroom.policies import make_policy  # noqa: E402
 from tackroom.policies.bundled import BUNDLED_DIR, MAX_BYTES, bundled_id  # noqa: E402
 from tackroom.records import RecordStore  # noqa: E402
+from tackroom.serve import ServerThread  # noqa: E402
 
 
 def test_the_bundled_policy_ships_in_the_package_and_is_small() -> None:
@@ -44,31 +41,17 @@ def test_bundled_in_process_and_through_serve_succeed_alike_on_miniwob(tmp_path:
     tasks = "click-test,focus-text,click-dialog,click-test-2"
     common = ["--suite", "miniwob", "--tasks", tasks, "--harness", "som-tools",
               "--seeds", "0-2", "-n", "1"]
-    direct = run_cli("eval", *common, "--policy", "hf:bundled", "--db", str(tmp_path / "a.duckdb"),
-                     cwd=tmp_path, timeout=600)
+    # Both evaluations are `tackroom eval` run in this process, and the server is
+    # `tackroom serve`'s server on a thread of it (port 0): three `tackroom` processes
+    # would each spend seconds importing torch and transformers, and show nothing more.
+    direct = run_here("eval", *common, "--policy", "hf:bundled",
+                      "--db", str(tmp_path / "a.duckdb"), cwd=tmp_path)
     assert direct.returncode == 0, direct.stderr
-    port = free_port()
-    server = subprocess.Popen([*TACKROOM, "serve", str(BUNDLED_DIR), "--port", str(port),
-                               "--threads", "1"], env={**os.environ, **CLI_ENV},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        url = f"http://127.0.0.1:{port}/v1"
-        deadline = time.time() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/models", timeout=2) as r:
-                    name = json.load(r)["data"][0]["id"]
-                break
-            except OSError:
-                assert server.poll() is None, server.stderr.read()
-                assert time.time() < deadline, "server did not come up"
-                time.sleep(0.3)
-        served = run_cli("eval", *common, "--policy", f"openai:{name}", "--base-url", url,
-                         "--db", str(tmp_path / "b.duckdb"), cwd=tmp_path, timeout=600)
-        assert served.returncode == 0, served.stderr
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with ServerThread(BUNDLED_DIR, threads=1) as server:
+        served = run_here("eval", *common, "--policy", f"openai:{server.model_name}",
+                          "--base-url", server.base_url, "--db", str(tmp_path / "b.duckdb"),
+                          cwd=tmp_path)
+    assert served.returncode == 0, served.stderr
     a, b = _outcomes(tmp_path / "a.duckdb"), _outcomes(tmp_path / "b.duckdb")
     assert len(a) == 12 and a == b
     # It is a trained policy, not a random one: it solves most of these simple tasks.
