@@ -17,7 +17,8 @@ pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 import torch  # noqa: E402
-from conftest import free_port, one_line_error, run_cli  # noqa: E402
+from conftest import free_port, one_line_error  # noqa: E402
+from inprocess_cli import run_here  # noqa: E402
 
 from tackroom.core.errors import ConfigError, TackroomError  # noqa: E402
 from tackroom.core.policy import Sampling  # noqa: E402
@@ -389,11 +390,13 @@ def test_a_server_without_lora_endpoints_is_one_clear_error(env, tmp_path):
 
 def test_cli_says_in_one_line_that_the_server_is_down(env, tmp_path):
     down = f"http://127.0.0.1:{free_port()}/v1"
-    proc = run_cli("train", f"model.path={env['sft']}", "data.suite=toy", f"data.tasks={TASKS}",
-                   "data.harnesses=list-cmd1", "rollout.backend=openai",
-                   f"rollout.base_url={down}", f"run.out_dir={tmp_path / 'out'}",
-                   "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path,
-                   env_extra={"TACKROOM_HARNESS_PATH": str(env["root"] / "harnesses")})
+    # `tackroom train` in this process: what it says and returns, without importing torch
+    # again in a subprocess.
+    proc = run_here("train", f"model.path={env['sft']}", "data.suite=toy", f"data.tasks={TASKS}",
+                    "data.harnesses=list-cmd1", "rollout.backend=openai",
+                    f"rollout.base_url={down}", f"run.out_dir={tmp_path / 'out'}",
+                    "--db", str(tmp_path / "r.duckdb"), cwd=tmp_path,
+                    env_extra={"TACKROOM_HARNESS_PATH": str(env["root"] / "harnesses")})
     line = one_line_error(proc)
     assert f"cannot reach the inference server at {down}" in line, line
     assert "tackroom serve" in line and "rollout.base_url" in line
