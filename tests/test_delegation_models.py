@@ -322,7 +322,9 @@ def test_lm_learns_saves_and_loads(tmp_path):
     train = TRAIN[:120]
     probe = HELD_OUT[:45]
     # no base: a tiny `model init` model in a temporary directory, then fine-tuned
-    model = train_model("lm", train, seed=0, epochs=3, lr=1e-3, threads=2)
+    # one torch thread: a 1M-parameter model trains no slower on one, and a second spends
+    # CPU waiting (the default is 2)
+    model = train_model("lm", train, seed=0, epochs=3, lr=1e-3, threads=1)
     assert model.kind == "lm"
     chance = sum(1 / len(ex.point["choices"]) for ex in probe) / len(probe)
     # a 1M-parameter model from scratch in seconds: well above chance, on words
@@ -349,7 +351,7 @@ def test_lm_weights_and_hash(lm_base, tmp_path):
     # the contradicting subset: the same points with the other choice (submit <-> continue)
     bad = [Example(ex.point, 1 - ex.label) for ex in submits]
     probe = [ex for ex in dataset(3, 90) if ex.point["type"] == "submit"]
-    opts = {"base": str(lm_base), "epochs": 4, "lr": 2e-3}
+    opts = {"base": str(lm_base), "epochs": 4, "lr": 2e-3, "threads": 1}
     good_only = train_model("lm", [Example(e.point, e.label, 1.0) for e in submits]
                             + [Example(e.point, e.label, 0.0) for e in bad], **opts)
     bad_only = train_model("lm", [Example(e.point, e.label, 0.0) for e in submits]

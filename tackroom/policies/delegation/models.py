@@ -335,7 +335,10 @@ class GBMModel:
         if self.estimator is None:
             return [1.0 / n] * n
         x = np.asarray(point_features(point), dtype=np.float64)
-        return _normalise(self.estimator.predict_proba(x)[:, 1])
+        # One OpenMP thread: a point is a few rows, and a pool of several spends ~15x the
+        # CPU of one waking and spinning for them (more still on a busy machine).
+        with _thread_limit(1):
+            return _normalise(self.estimator.predict_proba(x)[:, 1])
 
     def save(self, path: Path) -> None:
         """Write ``model.pkl`` and ``decision.json`` holding the pickle's sha256."""
