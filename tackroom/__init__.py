@@ -13,11 +13,11 @@ torch or Ray until a function needs them).
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
 
+from tackroom.core.lazy import lazy_attribute
 from tackroom.core.version import __version__
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time see __getattr__
@@ -69,11 +69,7 @@ __all__ = ["HarnessDiff", "Report", "Run", "RunPlan", "Sampling", "__version__",
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'tackroom' has no attribute {name!r}")
+    return lazy_attribute(__name__, _LAZY, name)
 
 
 class _Facade(types.ModuleType):

@@ -23,8 +23,9 @@ trainer's evaluations all use. Re-exported from :mod:`tackroom` (``tackroom.eval
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from tackroom.core.lazy import lazy_attribute
 
 if TYPE_CHECKING:  # for type checkers; at run time see __getattr__
     from tackroom.app.evaluation import (
@@ -110,8 +111,4 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return lazy_attribute(__name__, _LAZY, name)

@@ -6,8 +6,9 @@ every command line needs) must not import DuckDB and Arrow with the package.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from tackroom.core.lazy import lazy_attribute
 
 if TYPE_CHECKING:  # for type checkers; at run time see __getattr__
     from tackroom.core.secrets import REDACTED, scrub
@@ -36,8 +37,4 @@ _LAZY = {"REDACTED": "tackroom.core.secrets", "scrub": "tackroom.core.secrets",
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return lazy_attribute(__name__, _LAZY, name)
