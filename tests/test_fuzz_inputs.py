@@ -24,23 +24,18 @@ and ``tasks import``. Deterministic: derandomized, no example database, no deadl
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import math
-import os
-import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
-from conftest import CLI_ENV, one_line_error
+from conftest import one_line_error
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
+from inprocess_cli import run_here
 
 from tackroom.core.errors import HarnessError, TackroomError
 from tackroom.core.observation import Element, Observation
@@ -57,45 +52,12 @@ _counter = itertools.count()
 # ---------------------------------------------------------------------------------------------
 # The CLI in this process
 # ---------------------------------------------------------------------------------------------
-@functools.cache
-def _command() -> Any:
-    """The click command typer builds from ``tackroom.cli.app`` (built once: ~70 ms a time)."""
-    import typer.main
-
-    import tackroom.cli
-
-    return typer.main.get_command(tackroom.cli.app)
-
-
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``tackroom ARGS`` run by :func:`tackroom.cli.main` in this process, in ``cwd``.
-
-    What a user would see: the exit status and the two streams. An exception that
-    ``main`` lets through (a traceback for a user) is raised here. ``main`` calls the
-    command typer built once, as calling ``app`` would (``app()`` builds it each time).
-    """
-    import tackroom.cli
-
-    runner = CliRunner()
-    old_argv, old_cwd, old_term = sys.argv, os.getcwd(), signal.getsignal(signal.SIGTERM)
-    sys.argv = ["tackroom", *args]
-    try:
-        os.chdir(cwd)
-        env = {**CLI_ENV, "TACKROOM_DB": str(cwd / "default.duckdb"),
-               "TACKROOM_HARNESS_PATH": "", "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
-        with runner.isolation(env=env) as streams, \
-                mock.patch.object(tackroom.cli, "app", _command()):
-            try:
-                tackroom.cli.main()
-                code: Any = 0
-            except SystemExit as e:
-                code = e.code
-            out, err = (s.getvalue().decode("utf-8", "replace") for s in streams[:2])
-    finally:
-        sys.argv = old_argv
-        os.chdir(old_cwd)
-        signal.signal(signal.SIGTERM, old_term)
-    return subprocess.CompletedProcess(["tackroom", *args], code, out, err)
+    """``tackroom ARGS`` run by :func:`tackroom.cli.main` in this process, in ``cwd``, with
+    no default store, harness path or model server from this machine's environment."""
+    return run_here(*args, cwd=cwd, env_extra={
+        "TACKROOM_DB": str(cwd / "default.duckdb"), "TACKROOM_HARNESS_PATH": "",
+        "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""})
 
 
 #: Lines a command prints on stderr on purpose before its result (not errors).
