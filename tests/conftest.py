@@ -69,6 +69,17 @@ def run_cli(*args: str, cwd: Path | str, env_extra: Mapping[str, str] | None = N
                           timeout=timeout, env=env)
 
 
+def import_rows(stdout: str) -> dict[str, list[str]]:
+    """The rows of ``tackroom tasks import``'s table by task id (cells stripped; wrapped
+    lines dropped)."""
+    rows = {}
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        if len(cells) >= 5 and cells[0] and cells[1] in ("yes", "skipped"):
+            rows[cells[0]] = cells
+    return rows
+
+
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     """The single ``error: …`` line of a CLI run that failed on bad input (exit status 2)."""
     assert proc.returncode == 2, (proc.stdout, proc.stderr)

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import import_rows, run_cli
 
 from tackroom.sandbox import sandbox_available
 from tackroom.suites.terminal.compose import read_compose
@@ -46,14 +46,6 @@ def _task(root: Path, name: str, compose: str, dockerfile: str = "FROM debian:bo
     return d
 
 
-def _rows(stdout: str) -> dict[str, list[str]]:
-    """The import table's rows by task id (cells stripped; wrapped lines dropped)."""
-    rows = {}
-    for line in stdout.splitlines():
-        cells = [c.strip() for c in line.strip().strip("│").split("│")]
-        if len(cells) >= 5 and cells[0] and cells[1] in ("yes", "skipped"):
-            rows[cells[0]] = cells
-    return rows
 
 
 def test_mapped_images_are_read_with_their_settings_and_the_rest_refused(tmp_path):
@@ -92,7 +84,7 @@ def test_redis_and_postgres_beside_a_task_run_its_oracle_and_an_unmapped_image_i
     p = run_cli("tasks", "import", str(src), cwd=tmp_path, timeout=1800,
                 env_extra={"TACKROOM_TASKS": str(tmp_path / "tasks"), "COLUMNS": "240"})
     assert p.returncode == 0, p.stderr + p.stdout
-    rows = _rows(p.stdout)
+    rows = import_rows(p.stdout)
     _, kept, environment, untouched, oracle, *_ = rows["cache-and-db"]
     # Untouched, both services answer and the tests fail; solved, both hold 42.
     assert (kept, untouched, oracle) == ("yes", "fails", "passes"), p.stdout + p.stderr
@@ -126,6 +118,6 @@ def test_under_docker_the_services_are_containers_on_the_episodes_network(docker
                 timeout=1800,
                 env_extra={"TACKROOM_TASKS": str(tmp_path / "tasks"), "COLUMNS": "240"})
     assert p.returncode == 0, p.stderr + p.stdout
-    _, kept, environment, untouched, oracle, *_ = _rows(p.stdout)["cache-and-db"]
+    _, kept, environment, untouched, oracle, *_ = import_rows(p.stdout)["cache-and-db"]
     assert (kept, environment, untouched, oracle) == ("yes", "docker", "fails", "passes"), \
         p.stdout + p.stderr

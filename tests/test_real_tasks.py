@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import import_rows, run_cli
 
 from tackroom.core.errors import InfraError
 from tackroom.images.build import build_count
@@ -39,14 +39,6 @@ pytestmark = pytest.mark.skipif(
            "installs them as root)")
 
 
-def _rows(stdout: str) -> dict[str, list[str]]:
-    """The import table's rows by task id (cells stripped; wrapped lines dropped)."""
-    rows = {}
-    for line in stdout.splitlines():
-        cells = [c.strip() for c in line.strip().strip("│").split("│")]
-        if len(cells) >= 5 and cells[0] and cells[1] in ("yes", "skipped"):
-            rows[cells[0]] = cells
-    return rows
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +57,7 @@ def imported(tmp_path_factory) -> Path:
 
 def test_every_task_of_both_layouts_is_built_and_its_oracle_passes(imported):
     stdout = (imported / "import.out").read_text()
-    rows = _rows(stdout)
+    rows = import_rows(stdout)
     assert set(rows) == set(HARBOR) | set(TERMINAL_BENCH), stdout
     for task_id, (_, kept, environment, untouched, oracle, *_) in rows.items():
         # The untouched task fails its tests and the reference solution passes them.
@@ -235,7 +227,8 @@ def test_the_docker_provider_gives_bubblewraps_outcomes_cell_by_cell(docker_daem
     p = run_cli("tasks", "import", str(imported / "src"), "--sandbox", "docker", cwd=tmp_path,
                 env_extra={"TACKROOM_TASKS": str(docker_tasks), "COLUMNS": "220"}, timeout=3600)
     assert p.returncode == 0, p.stderr + p.stdout
-    table = {"bubblewrap": _rows((imported / "import.out").read_text()), "docker": _rows(p.stdout)}
+    table = {"bubblewrap": import_rows((imported / "import.out").read_text()),
+             "docker": import_rows(p.stdout)}
     tasks = set(HARBOR) | set(TERMINAL_BENCH)
     assert set(table["docker"]) == set(table["bubblewrap"]) == tasks
     for task in sorted(tasks):
