@@ -50,6 +50,12 @@ def tackroom_killed_after(checkpoint: str) -> list[str]:
 
 #: A wide terminal and no colours, so output is the same on every machine.
 CLI_ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
+# The CLI's console takes its width from COLUMNS when it is first imported, and pytest-xdist
+# workers start with COLUMNS=80 (a single process has none: 160). A CLI run in a test's
+# own process (tests/inprocess_cli.py, typer's runner) then wrapped its lines at 80 columns
+# under `make test` only, splitting the paths and lines the tests look for. The same width
+# as a `tackroom` subprocess gets, whatever runs the tests:
+os.environ["COLUMNS"] = CLI_ENV["COLUMNS"]
 
 #: One ``click(ref: integer)`` tool, for tests that pass tool schemas to a model.
 CLICK_TOOLS = [{"type": "function", "function": {

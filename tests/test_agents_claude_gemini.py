@@ -18,14 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from cli_model import one_layer_chat_dir  # noqa: F401 - a fixture
+from cli_model import check_tiny_model_episodes, one_layer_chat_dir  # noqa: F401 - a fixture
 
 import tackroom
 from tackroom.agents.install import ensure_installed
-from tackroom.core.policy import PolicyRequest, PolicyResponse, Sampling, ToolCall
+from tackroom.core.policy import PolicyRequest, PolicyResponse, ToolCall
 from tackroom.harness.spec import load_harness
 from tackroom.sandbox import sandbox_available
-from tackroom.serve import ServerThread
 from tackroom.wire.dialect import find
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dialects"
@@ -122,31 +121,7 @@ def test_a_tiny_model_completes_an_episode_under_each_cli(
     ids and log-probs, though each CLI asked in its own API; each episode ends as the model's
     own (no infra_error). Both CLIs in one run, behind one server."""
     monkeypatch.setenv("TACKROOM_HARNESS_PATH", str(tmp_path))
-    harnesses = []
-    for cli in CLIS:
-        short = tmp_path / f"{cli}-short.toml"
-        short.write_text(f'extends = "{cli}"\n[budget]\nturns = 1\nwall_seconds = 300\n'
-                         + QUICK.get(cli, ""))
-        harnesses.append(str(short))
-    with ServerThread(one_layer_chat_dir) as srv:
-        run = tackroom.evaluate("code", tasks=["add-business-days"], harnesses=harnesses,
-                                policies=[f"openai:{srv.model_name}"], base_url=srv.base_url,
-                                seeds=[0], sampling=Sampling(max_tokens=8, logprobs=True),
-                                store=tmp_path / "r.duckdb")
-    episodes = {ep.harness: ep for ep in run.load_episodes()}
-    assert sorted(episodes) == sorted(f"{cli}-short" for cli in CLIS)
-    for cli, tool in CLIS.items():
-        ep = episodes[f"{cli}-short"]
-        agent = ep.meta["agent"]
-        assert ep.outcome.value in ("failure", "timeout", "budget_exhausted"), (
-            cli, ep.error, agent.get("output"))
-        assert ep.turns and agent["calls"] == len(ep.turns), agent
-        for turn in ep.turns:
-            assert turn.token_ids and len(turn.token_ids) == len(turn.logprobs) <= 8
-            assert turn.completion_tokens == len(turn.token_ids)
-            assert turn.messages[0]["role"] == "system"  # the CLI's own, translated
-        # The CLI's own tools, recorded for training: its shell tool among them.
-        assert tool in [t["function"]["name"] for t in agent["tools"]]
+    check_tiny_model_episodes(tmp_path, one_layer_chat_dir, CLIS, turns=1, extra=QUICK)
 
 
 class Delegating:

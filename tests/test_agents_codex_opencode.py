@@ -19,7 +19,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from cli_model import one_layer_chat_dir  # noqa: F401 - a fixture
+from cli_model import check_tiny_model_episodes, one_layer_chat_dir  # noqa: F401 - a fixture
 
 import tackroom
 from tackroom.agents.experts import make_agent_expert
@@ -29,7 +29,6 @@ from tackroom.core.policy import Sampling
 from tackroom.gateway import ModelGateway
 from tackroom.harness.spec import load_harness
 from tackroom.sandbox import sandbox_available
-from tackroom.serve import ServerThread
 
 CODEX = Path(__file__).parent / "fixtures" / "dialects" / "codex"
 
@@ -114,29 +113,7 @@ def test_a_tiny_model_completes_episodes_under_each_cli(tmp_path, one_layer_chat
     every agent turn of either CLI has the served token ids and log-probs, whatever API it
     came in; the episodes end as the model's own (no infra_error)."""
     monkeypatch.setenv("TACKROOM_HARNESS_PATH", str(tmp_path))
-    harnesses = []
-    for name in CLIS:
-        short = tmp_path / f"{name}-short.toml"
-        short.write_text(f'extends = "{name}"\n[budget]\nturns = 2\nwall_seconds = 300\n')
-        harnesses.append(str(short))
-    with ServerThread(one_layer_chat_dir) as srv:
-        run = tackroom.evaluate("code", tasks=["add-business-days"], harnesses=harnesses,
-                                policies=[f"openai:{srv.model_name}"], base_url=srv.base_url,
-                                seeds=[0], sampling=Sampling(max_tokens=8, logprobs=True),
-                                store=tmp_path / "r.duckdb")
-    episodes = {ep.harness: ep for ep in run.load_episodes()}
-    assert sorted(episodes) == sorted(f"{name}-short" for name in CLIS)
-    for name, tool in CLIS.items():
-        ep = episodes[f"{name}-short"]
-        agent = ep.meta["agent"]
-        assert ep.outcome.value in ("failure", "timeout", "budget_exhausted"), (
-            name, ep.error, agent.get("output"))
-        assert ep.turns and agent["calls"] == len(ep.turns), agent
-        for turn in ep.turns:
-            assert turn.token_ids and len(turn.token_ids) == len(turn.logprobs) <= 8
-            assert turn.completion_tokens == len(turn.token_ids)
-            assert turn.messages[0]["role"] == "system"  # the CLI's own, translated
-        assert tool in [t["function"]["name"] for t in agent["tools"]]
+    check_tiny_model_episodes(tmp_path, one_layer_chat_dir, CLIS, turns=2)
 
 
 async def test_the_exec_command_expert_answers_codexs_captured_requests_in_its_format():

@@ -242,10 +242,11 @@ def test_waiting_for_an_environment_is_not_the_episodes_wall_time(tmp_path: Path
 def test_miniwob_pool_never_asks_for_more_browsers_than_memory_holds(monkeypatch):
     pytest.importorskip("selenium")
     import tackroom.suites.miniwob as miniwob
+    import tackroom.suites.miniwob.pool as pool
     import tackroom.suites.reaper as reaper
 
     monkeypatch.setattr(reaper, "reap_orphans", lambda: None)
-    monkeypatch.setattr(miniwob, "browsers_that_fit", lambda: 3)
+    monkeypatch.setattr(pool, "browsers_that_fit", lambda: 3)
     suite = miniwob.make_suite()
     assert suite.pool(1000).size == 3
     assert suite.pool(2).size == 2

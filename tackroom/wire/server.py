@@ -271,8 +271,10 @@ class HttpServer:
         finally:
             self.connections.discard(http)
             self._freed.set()
-            writer.close()
+            # On shutdown the event loop may have closed the transport already: closing
+            # it again raises, and nothing is left to do.
             with contextlib.suppress(Exception):
+                writer.close()
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
 
     # ------------------------------------------------------------ admission
