@@ -580,3 +580,67 @@ def test_verify_keeps_every_line_number(seed):
             assert subprocess.run(["bash", "-n"], input=half, text=True).returncode == 0
     for before, after in zip(script.split("\n"), verify.split("\n"), strict=True):
         assert after == before or after.startswith(MARK) or after in ("", "  /tests")
+
+
+def test_terminal_bench_bases_start_in_app_as_their_images_do():
+    """Terminal-Bench's base images end in ``WORKDIR /app``: a task's ``COPY data.csv ./``
+    without a WORKDIR of its own lands in /app (and the image's working directory is it)."""
+    for image in ("ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624",
+                  "ghcr.io/laude-institute/t-bench/python-3-13:latest"):
+        df = parse_dockerfile(f"FROM {image}\nCOPY data.csv ./\nRUN ls\n")
+        copy, run = df.steps
+        assert (copy.dest, run.workdir, df.config.workdir) == ("/app", "/app", "/app")
+        assert resolve_base(image).key == BaseSpec(
+            suite="trixie", packages=resolve_base(image).packages,
+            env=resolve_base(image).env).key  # the root file system is the same one
+    df = parse_dockerfile("FROM debian:bookworm-slim\nCOPY data.csv ./\n")
+    assert df.steps[0].dest == "/" and df.config.workdir == "/"
+
+
+SETUP_UV = """#!/bin/bash
+apt-get update
+apt-get install -y curl
+curl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh
+source $HOME/.local/bin/env
+if [ "$PWD" = "/" ]; then echo "no workdir"; exit 1; fi
+uv init
+uv add pytest==8.4.1
+"""
+
+
+def test_a_sourced_helper_scripts_installs_are_hoisted_with_it(tmp_path):
+    """Terminal-Bench's later tasks: ``run-tests.sh`` sources ``$TEST_DIR/setup-uv-pytest.sh``,
+    which installs curl, uv and pytest. Its installs run at build time in place of the
+    ``source`` line; at verify time the line stays and the helper is its offline part."""
+    from tackroom.suites.terminal.environment import split_tests
+
+    (tmp_path / "setup-uv-pytest.sh").write_text(SETUP_UV)
+    (tmp_path / "run-uv-pytest.sh").write_text("uv run pytest $TEST_DIR/test_outputs.py -rA\n")
+    (tmp_path / "run-tests.sh").write_text(
+        "#!/bin/bash\nsource $TEST_DIR/setup-uv-pytest.sh\nuv add pandas==2.3.0\n"
+        "bash $TEST_DIR/run-uv-pytest.sh\n")
+    (tmp_path / "unused.sh").write_text("pip install nothing-runs-this\n")
+    scripts, install, installs = split_tests(tmp_path)
+    assert installs == ("apt-get update", "apt-get install -y curl",
+                        "curl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh", "uv init",
+                        "uv add pytest==8.4.1", "uv add pandas==2.3.0")
+    assert set(scripts) == {"run-tests.sh", "setup-uv-pytest.sh"}  # not unused.sh
+    order = [line for line in install.split("\n") if line in (
+        "apt-get update", "tackroom_install_uv 0.7.13", "source $HOME/.local/bin/env",
+        "uv init", "uv add pytest==8.4.1", "uv add pandas==2.3.0")]
+    assert order == ["apt-get update", "tackroom_install_uv 0.7.13",
+                     "source $HOME/.local/bin/env", "uv init", "uv add pytest==8.4.1",
+                     "uv add pandas==2.3.0"]
+    assert "astral.sh" not in install and "nothing-runs-this" not in install
+    assert "source $TEST_DIR/setup-uv-pytest.sh" in scripts["run-tests.sh"]
+    helper = scripts["setup-uv-pytest.sh"].split("\n")
+    assert len(helper) == len(SETUP_UV.split("\n"))
+    assert [line for line in helper if line and not line.startswith(MARK)] == [
+        "#!/bin/bash", "source $HOME/.local/bin/env",
+        'if [ "$PWD" = "/" ]; then echo "no workdir"; exit 1; fi']
+    # run with bash (a subshell) rather than sourced: the same installs, in a subshell
+    (tmp_path / "run-tests.sh").write_text("#!/bin/bash\nbash /tests/setup-uv-pytest.sh\n")
+    _, install, _ = split_tests(tmp_path)
+    assert "\n(\n#!/bin/bash" in install and install.rstrip().endswith(")")
+    result = subprocess.run(["bash", "-n", "-c", install], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -100,6 +100,21 @@ def test_a_second_build_is_a_cache_hit_and_a_changed_file_a_new_layer(tmp_path):
     assert build_count(this_process=True) == before + 1  # the task's layer only: the base came from the cache
 
 
+def test_a_copy_into_the_root_shifts_only_what_it_copied(tmp_path):
+    """``COPY data.csv ./`` with no WORKDIR copies into ``/``: only the new file is given to
+    the image's root, not the whole image (nor the build's read-only mounts, which failed)."""
+    from tackroom.images.build import build_image
+
+    (tmp_path / "data.csv").write_text(f"a,b\n1,{uuid.uuid4().hex}\n")  # a layer never cached
+    (tmp_path / "Dockerfile").write_text("FROM debian:bookworm-slim\nCOPY data.csv ./\n"
+                                        "RUN test -f /data.csv && stat -c %u:%g /data.csv\n")
+    image = build_image(tmp_path / "Dockerfile", tmp_path)
+    assert image.workdir == "/"
+    copied = image.layers[0] / "data.csv"
+    assert (copied.stat().st_uid, copied.stat().st_gid) == (IMAGE_UID, IMAGE_UID)
+    assert "0:0" in image.log.read_text()  # root's file inside the image
+
+
 def test_episodes_run_the_cli_eval_on_built_tasks_through_both_shell_harnesses(imported):
     db = str(imported / "r.duckdb")
     env = {"TACKROOM_TASKS": str(imported / "tasks")}

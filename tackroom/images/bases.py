@@ -55,6 +55,9 @@ class BaseSpec:
     packages: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    #: The image's WORKDIR, where a Dockerfile's relative paths start (Terminal-Bench's bases
+    #: set ``/app``). Not part of ``key``: it changes no file of the root file system.
+    workdir: str = "/"
 
     def __post_init__(self) -> None:
         packages = tuple(sorted({"ca-certificates", *self.packages}))
@@ -110,9 +113,11 @@ def _resolve(name: str, tag: str, image: str) -> BaseSpec | None:
         return _python(tag, image)
     if name == _TBENCH + "python-3-13":
         return BaseSpec(suite="trixie", packages=(*_PYTHON, "tmux", "asciinema"),
-                        env=dict(_PYTHON_ENV))
+                        env=dict(_PYTHON_ENV), workdir="/app")
     if name == _TBENCH + "ubuntu-24-04":
-        return BaseSpec(suite="trixie", packages=("tmux", "asciinema", "python3"), note="Terminal-Bench's ubuntu-24-04 approximated by Debian trixie")
+        return BaseSpec(suite="trixie", packages=("tmux", "asciinema", "python3"),
+                        note="Terminal-Bench's ubuntu-24-04 approximated by Debian trixie",
+                        workdir="/app")
     return None
 
 

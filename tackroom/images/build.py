@@ -28,6 +28,7 @@ unprivileged root of their own.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -221,7 +222,10 @@ def build_image(dockerfile: Path, context: Path, *, build_args: Mapping[str, str
     except UnmappedBase as e:
         raise Unbuildable(e.reason, str(dockerfile), "") from None
     require_root("building a task environment")
-    key = _digest("task", spec.key, text, dict(build_args), context_digest(context))
+    # the base's WORKDIR changes where the steps' relative paths land (absent when "/", so
+    # the keys of images built before bases had one stay the same)
+    start = () if spec.workdir == "/" else (spec.workdir,)
+    key = _digest("task", spec.key, *start, text, dict(build_args), context_digest(context))
     entry = images_dir() / f"task-{key}"
     if (image := _load(entry)) is not None:
         return image
@@ -295,7 +299,7 @@ def _build_layer(entry: Path, lowers: Sequence[Path], steps: Sequence[Step],
     try:
         mount("overlay", merged, overlay_options(lowers, upper, scratch))
         mounts.append(merged)
-        for source, inside, ro in [*_shared(merged), *binds]:
+        for source, inside, ro in [*_shared(work), *binds]:
             target = resolve_inside(merged, inside)
             bind(source, target, read_only=ro)
             mounts.append(target)
@@ -308,6 +312,7 @@ def _build_layer(entry: Path, lowers: Sequence[Path], steps: Sequence[Step],
         for target in reversed(mounts):
             unmount(target)
         shutil.rmtree(top, ignore_errors=True)
+        _publish_debs(work / "apt")
     # What only the build used: its mount points, the package lists it refreshed.
     for rel in (_RUN_DIR.lstrip("/"), "var/lib/apt/lists", *(b[1].lstrip("/") for b in binds)):
         target = upper / rel
@@ -320,19 +325,40 @@ def _build_layer(entry: Path, lowers: Sequence[Path], steps: Sequence[Step],
     return layer
 
 
-def _shared(merged: Path) -> list[tuple[Path, str, bool]]:
+def _shared(work: Path) -> list[tuple[Path, str, bool]]:
     """What every build step sees: the download caches, the host's CA bundle (source,
-    path inside, read-only)."""
+    path inside, read-only).
+
+    apt takes a lock on its archive directory without waiting, so two builds (two test
+    workers, two ``tackroom`` runs) sharing one would fail each other. Each build gets a
+    directory of its own holding hard links to every package already downloaded, and
+    what it downloads is linked back into the shared cache afterwards (:func:`_publish_debs`).
+    """
     caches = images_dir() / "downloads"
     apt_cache, pip_cache = caches / "apt", caches / "pip"
-    for d in (apt_cache / "partial", pip_cache):
+    for d in (apt_cache, pip_cache):
         d.mkdir(parents=True, exist_ok=True)
-    shift_tree(caches)
-    out = [(apt_cache, "/var/cache/apt/archives", False), (pip_cache, f"{_RUN_DIR}/pip", False)]
+    own = work / "apt"
+    (own / "partial").mkdir(parents=True, exist_ok=True)
+    for deb in apt_cache.glob("*.deb"):
+        with contextlib.suppress(FileExistsError):
+            os.link(deb, own / deb.name)
+    shift_tree(pip_cache)
+    shift_tree(own)
+    out = [(own, "/var/cache/apt/archives", False), (pip_cache, f"{_RUN_DIR}/pip", False)]
     ca = host_ca_bundle()
     if ca is not None:
         out.append((ca, f"{_RUN_DIR}/ca.crt", True))
     return out
+
+
+def _publish_debs(own: Path) -> None:
+    """The packages a build downloaded, linked into the shared cache for the next builds
+    (complete files only: apt moves a package out of ``partial/`` once it is verified)."""
+    shared = images_dir() / "downloads" / "apt"
+    for deb in own.glob("*.deb") if own.is_dir() else ():
+        with contextlib.suppress(FileExistsError, FileNotFoundError):
+            os.link(deb, shared / deb.name)
 
 
 Step = Callable[[Path, BuildNetwork, int, Path], None]
@@ -473,34 +499,42 @@ def _copy_step(step: Copy, merged: Path, context: Path, dockerfile: Path, log: P
     dest = resolve_inside(merged, step.dest)
     into_dir = step.dest_is_dir or len(sources) > 1 or dest.is_dir()
     uid, gid = _user_ids(merged, step.chown) if step.chown else (0, 0)
-    made: list[Path] = []
+    made: list[Path] = []  # what takes the --chown/--chmod
+    landed: list[Path] = []  # every entry this step wrote, to shift into the image's range
     for src in sources:
         if src.is_dir():
             dest.mkdir(parents=True, exist_ok=True)
             shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-            made += [dest, *dest.rglob("*")] if step.chown or step.chmod else []
+            below = [dest / p.relative_to(src) for p in src.rglob("*")]
+            landed += below
+            made += [dest, *below] if step.chown or step.chmod else []
             continue
         if step.add and step.extract and tarfile.is_tarfile(src):
             dest.mkdir(parents=True, exist_ok=True)
             with tarfile.open(src) as tar:
                 tar.extractall(dest, filter="tar")
+                landed += [dest / m.name for m in tar.getmembers()]
             continue
         target = dest / src.name if into_dir else dest
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, target, follow_symlinks=False)
         made.append(target)
-    _shift_new(merged, dest)  # new entries belong to the image's root, as Docker's do
+        landed.append(target)
+    # New entries belong to the image's root, as Docker's do. Only what this step wrote:
+    # a COPY into / must not walk the whole image (nor the build's read-only mounts in it).
+    _shift_new(merged, dest, landed)
     for path in made:
         os.lchown(path, IMAGE_UID + uid, IMAGE_UID + gid)
         if step.chmod and not path.is_symlink():
             os.chmod(path, int(step.chmod, 8))
 
 
-def _shift_new(merged: Path, dest: Path) -> None:
-    """Shift what a step made at ``dest`` (and the directories made above it)."""
-    if dest.exists() or dest.is_symlink():
-        shift_tree(dest)  # a file, or a directory and all below it
-    parent = dest.parent
+def _shift_new(merged: Path, dest: Path, landed: Sequence[Path]) -> None:
+    """Shift what a step wrote (``landed``), ``dest`` and the directories made above it."""
+    for path in landed:
+        if path.exists() or path.is_symlink():
+            shift_tree(path, recurse=False)
+    parent = dest
     while parent != merged and parent.is_relative_to(merged):
         st = parent.lstat()
         if st.st_uid < IMAGE_UID:

@@ -142,7 +142,8 @@ def _ca_bytes() -> bytes:
 def base_image(spec: BaseSpec, progress: Progress | None = None) -> str:
     """The tag of ``spec``'s root file system imported into the daemon (made once)."""
     ca = _ca_bytes()
-    tag = f"tackroom-base:{_digest('base', spec.key, hashlib.sha256(ca).hexdigest())}"
+    start = () if spec.workdir == "/" else (spec.workdir,)  # the WORKDIR the base sets
+    tag = f"tackroom-base:{_digest('base', spec.key, *start, hashlib.sha256(ca).hexdigest())}"
     if has_image(tag):
         return tag
     base = ensure_base(spec, progress)
@@ -153,7 +154,7 @@ def base_image(spec: BaseSpec, progress: Progress | None = None) -> str:
         if progress:
             progress(f"docker import of the {spec.suite} root file system")
         changes = [f"ENV PATH={DOCKER_PATH}", *(f"ENV {k}={v}" for k, v in base.env.items()),
-                   'CMD ["bash"]']
+                   *([f"WORKDIR {spec.workdir}"] if spec.workdir != "/" else []), 'CMD ["bash"]']
         argv = ["docker", "import", *(a for c in changes for a in ("--change", c)), "-", tag]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,  # noqa: S603
                                 stderr=subprocess.PIPE)

@@ -134,6 +134,16 @@ class _Stage:
                            self.shell)
 
 
+def _base_workdir(image: str) -> str:
+    """Where relative paths start in ``image``: its WORKDIR where the mapped base has one
+    (Terminal-Bench's bases: ``/app``, so ``COPY data.csv ./`` lands in ``/app``), else ``/``."""
+    from tackroom.images.bases import UnmappedBase, resolve_base  # its sibling; no cycle
+    try:
+        return resolve_base(image).workdir
+    except UnmappedBase:
+        return "/"
+
+
 def parse_dockerfile(text: str, *, where: str = "Dockerfile",
                      build_args: Mapping[str, str] = {},  # noqa: B006 - read only
                      base_env: Mapping[str, str] = DEFAULT_ENV) -> Dockerfile:
@@ -170,7 +180,7 @@ def parse_dockerfile(text: str, *, where: str = "Dockerfile",
                 first = stage
                 unsupported = unsupported or f"multi-stage build (FROM {image} at line {lineno}); " \
                               "only Docker builds those"
-            stage = _Stage(env=dict(base_env))
+            stage = _Stage(env=dict(base_env), workdir=_base_workdir(image))
             continue
         if stage is None:
             raise ConfigError(f"{kw} before FROM", at, "a Dockerfile starts with FROM")

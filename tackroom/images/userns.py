@@ -45,8 +45,9 @@ def require_root(what: str) -> None:
                          "--sandbox docker to build and run tasks with Docker")
 
 
-def shift_tree(root: Path, *, skip: tuple[Path, ...] = ()) -> None:
-    """Give every entry under ``root`` (``root`` too) to the shifted range, in place.
+def shift_tree(root: Path, *, skip: tuple[Path, ...] = (), recurse: bool = True) -> None:
+    """Give every entry under ``root`` (``root`` too; only ``root`` without ``recurse``) to
+    the shifted range, in place.
 
     Owners already in the range are left as they are, so shifting twice is
     harmless; ``chown`` clears set-uid bits, which a sandbox could not use anyway.
@@ -60,7 +61,7 @@ def shift_tree(root: Path, *, skip: tuple[Path, ...] = ()) -> None:
 
     skipped = {str(p) for p in skip}
     shift(str(root))
-    if root.is_symlink():
+    if root.is_symlink() or not recurse:
         return
     for top, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if os.path.join(top, d) not in skipped]
