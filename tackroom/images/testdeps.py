@@ -18,6 +18,7 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 MARK = ": tackroom: installed at build time: "
@@ -60,14 +61,24 @@ class TestScript:
     install: str
     verify: str
     installs: tuple[str, ...]
+    #: The helper scripts (see :func:`split_test_script`) whose installs ``install`` runs.
+    helpers: tuple[str, ...] = ()
 
 
-def split_test_script(text: str) -> TestScript:
-    """Split a test script into its build-time installs and what is left to verify."""
+def split_test_script(text: str, helpers: Mapping[str, TestScript] = {}) -> TestScript:  # noqa: B006 - read only
+    """Split a test script into its build-time installs and what is left to verify.
+
+    ``helpers``: the other scripts of the tests folder that have installs, already split,
+    by file name. A top-level ``source``/``.``/``bash``/``sh`` of one of them (Terminal-Bench's
+    ``source $TEST_DIR/setup-uv-pytest.sh``) stays in ``verify`` (which then runs the
+    helper's own ``verify``), and the helper's ``install`` is run in its place at build time
+    (in this shell for ``source``, in a subshell otherwise).
+    """
     lines = text.split("\n")
     verify: list[str] = []
     install: list[str] = []
     installs: list[str] = []
+    used: list[str] = []
     pending: list[str] = []  # state commands not yet repeated in install
     depth, i = 0, 0
     while i < len(lines):
@@ -89,6 +100,16 @@ def split_test_script(text: str) -> TestScript:
             continue
         top, depth = depth == 0, max(0, depth + _nesting(unit, pieces))
         chain = _chain(unit, pieces)
+        helper = _helper(chain, helpers) if top else None
+        if helper is not None:
+            name, same_shell = helper
+            body = helpers[name].install.rstrip("\n")
+            install += [*pending, body if same_shell else f"(\n{body}\n)"]
+            pending = []
+            verify.append(unit)
+            installs += helpers[name].installs
+            used.append(name)
+            continue
         kinds = [_kind(words) for _, _, words, _ in chain]
         if not top or "install" not in kinds:
             pending += [text for (text, _, _, _), k in zip(chain, kinds, strict=True)
@@ -127,7 +148,25 @@ def split_test_script(text: str) -> TestScript:
             "set -e"]
     if any("tackroom_install_uv" in line for line in install):
         head.append(_UV_FUNCTION.rstrip("\n"))
-    return TestScript("\n".join(head + install) + "\n", "\n".join(verify), tuple(installs))
+    return TestScript("\n".join(head + install) + "\n", "\n".join(verify), tuple(installs),
+                      tuple(used))
+
+
+#: Where a test script finds the other files of its tests folder.
+_TESTS_DIRS = {"/tests", "$TEST_DIR", "${TEST_DIR}", "tests", "./tests", ""}
+
+
+def _helper(chain: list, helpers: Mapping[str, TestScript]) -> tuple[str, bool] | None:
+    """``(name, same shell)`` when ``chain`` is one command sourcing or running a helper."""
+    if not helpers or len(chain) != 1 or len(chain[0][2]) != 1:
+        return None
+    words = _command(chain[0][2][0])
+    if len(words) < 2 or words[0] not in ("source", ".", "bash", "sh"):
+        return None
+    folder, name = posixpath.split(words[1])
+    if name not in helpers or folder not in _TESTS_DIRS:
+        return None
+    return name, words[0] in ("source", ".")
 
 
 def _scan(text: str) -> tuple[list[tuple[int, int, str]], bool]:

@@ -65,13 +65,18 @@ def check_task(td: TaskDir, *, unsafe_local: bool = False,
         unsolved, untouched, untouched_lacks = before.reward, before.result, before.missing
         if td.solution is None or untouched_lacks:
             return TaskCheck(td.id, unsolved, None, tests_output=untouched.output(2000),
-                             untouched_tests_exit=untouched.exit_code, lacks=untouched_lacks)
+                             untouched_tests_exit=untouched.exit_code,
+                             lacks=untouched_lacks and f"{untouched_lacks}, in the tests")
         env.reset(0)
         solve = env.run_solution()
         env.sandbox.close()  # type: ignore[union-attr]
         after = env.verify()
         solved, tests = after.reward, after.result
-        lacks = missing_command(solve.exit_code, solve.output(2000)) or after.missing
+        # which script lacked it: a reference solution that fetches its tools (curl …
+        # | sh, pip install) cannot run in an episode, which has no network
+        solve_lacks = missing_command(solve.exit_code, solve.output(2000))
+        lacks = (f"{solve_lacks}, in the reference solution" if solve_lacks else
+                 after.missing and f"{after.missing}, in the tests")
         return TaskCheck(td.id, unsolved, solved, solve.output(2000), tests.output(2000),
                          untouched_tests_exit=untouched.exit_code, solve_exit=solve.exit_code,
                          tests_exit=tests.exit_code, lacks=lacks)

@@ -45,15 +45,25 @@ def split_tests(tests: Path) -> tuple[dict[str, str], str, tuple[str, ...]]:
     scripts: dict[str, str] = {}
     install: list[str] = []
     installs: list[str] = []
+    # Other scripts of the folder with installs, which a test script may source or run
+    # (Terminal-Bench's run-tests.sh: ``source $TEST_DIR/setup-uv-pytest.sh``).
+    helpers = {}
+    for path in sorted(tests.glob("*.sh")):
+        if path.name not in TEST_SCRIPTS and path.is_file():
+            split = split_test_script(path.read_text(errors="replace"))
+            if split.installs:
+                helpers[path.name] = split
     for name in TEST_SCRIPTS:
         path = tests / name
         if not path.is_file():
             continue
-        split = split_test_script(path.read_text(errors="replace"))
+        split = split_test_script(path.read_text(errors="replace"), helpers)
         if split.installs:
             scripts[name] = split.verify
             install.append(split.install)
             installs += split.installs
+            # the helper runs its verify part when the tests run; its installs ran at build
+            scripts.update({h: helpers[h].verify for h in split.helpers})
     return scripts, ("set -e\n" + "\n".join(install) if install else ""), tuple(installs)
 
 

@@ -177,9 +177,10 @@ def _import_one(src: Path, store: Path, builtin: frozenset[str], check: bool,
             elif td.builds:
                 try:
                     prepared = prepare(td, progress)
-                except TackroomError as e:
+                except (TackroomError, OSError) as e:  # one task's failure, not the import's
+                    why = e.line() if isinstance(e, TackroomError) else f"{type(e).__name__}: {e}"
                     return ImportResult(task_id, src, False, "environment build failed: "
-                                        + e.line().replace(str(staged), str(src)))
+                                        + why.replace(str(staged), str(src)))
                 environment = "built" if prepared.built else "cached"
                 log = prepared.image.log
             failed = _check(td, sandbox)
