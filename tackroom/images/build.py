@@ -224,7 +224,7 @@ def build_image(dockerfile: Path, context: Path, *, build_args: Mapping[str, str
     require_root("building a task environment")
     # the base's WORKDIR changes where the steps' relative paths land (absent when "/", so
     # the keys of images built before bases had one stay the same)
-    start = () if spec.workdir == "/" else (spec.workdir,)
+    start = () if spec.workdir == "/" else ({"workdir": spec.workdir},)
     key = _digest("task", spec.key, *start, text, dict(build_args), context_digest(context))
     entry = images_dir() / f"task-{key}"
     if (image := _load(entry)) is not None:
@@ -234,7 +234,9 @@ def build_image(dockerfile: Path, context: Path, *, build_args: Mapping[str, str
         if (image := _load(entry)) is not None:
             return image
         started = time.monotonic()
-        steps: list[Step] = []
+        # the base image's WORKDIR exists in it (Terminal-Bench's /app), made or not by a step
+        steps: list[Step] = [] if spec.workdir == "/" else \
+            [_step(Workdir(spec.workdir), context, dockerfile, base.env)]
         for step in df.steps:
             steps.append(_step(step, context, dockerfile, base.env))
         layer = _build_layer(entry, base.layers, steps, progress, str(dockerfile))
@@ -373,12 +375,23 @@ def _step(step: object, context: Path, dockerfile: Path, base_env: Mapping[str, 
         elif isinstance(step, Copy):
             _copy_step(step, merged, context, dockerfile, log)
         elif isinstance(step, Workdir):
-            target = resolve_inside(merged, step.path)
-            target.mkdir(parents=True, exist_ok=True)
-            shift_tree(target)
+            _make_dirs(merged, step.path)
         elif isinstance(step, User):
             pass  # recorded in the image's configuration; RUN steps carry their user
     return run
+
+
+def _make_dirs(merged: Path, path: str) -> None:
+    """``path`` made in the image if missing, as Docker's WORKDIR does: owned by the image's
+    root (made by the host's root, a directory would be nobody's in the image's namespace,
+    and its root could not write there)."""
+    target = resolve_inside(merged, path)
+    target.mkdir(parents=True, exist_ok=True)
+    while target != merged and target.is_relative_to(merged):
+        st = target.lstat()
+        if st.st_uid < IMAGE_UID:
+            os.lchown(target, IMAGE_UID + st.st_uid, IMAGE_UID + st.st_gid)
+        target = target.parent
 
 
 def _run_step(step: Run, merged: Path, net: BuildNetwork, userns: int, log: Path,
@@ -391,7 +404,7 @@ def _run_step(step: Run, merged: Path, net: BuildNetwork, userns: int, log: Path
             "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session",
             "--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev"]  # /tmp: the image's
     workdir = step.workdir or "/"
-    resolve_inside(merged, workdir).mkdir(parents=True, exist_ok=True)
+    _make_dirs(merged, workdir)
     args += ["--cap-add", "ALL", "--chdir", workdir, "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
