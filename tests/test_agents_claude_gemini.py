@@ -14,6 +14,7 @@ CLI sent, captured, are in tests/fixtures/dialects/claude-code and gemini-cli.
 from __future__ import annotations
 
 import json
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -189,3 +190,20 @@ def test_each_cli_stops_itself_at_its_turn_budget(tmp_path, monkeypatch):
         agent = ep.meta["agent"]
         assert ep.outcome.value == "success", (ep.error, agent.get("output"))
         assert (agent["exit"], agent["calls"], agent["refused_calls"]) == (status, 1, 0), agent
+
+
+def test_the_shell_script_expert_sends_what_gemini_cli_would_refuse_base64_encoded(tmp_path):
+    """Gemini CLI refuses a command with ``$(…)``, backticks, ``<(…)`` or ``>(…)`` anywhere
+    in it (a comment of Terminal-Bench's solution template has backticks): the expert's
+    script then goes as ``echo B64 | base64 -d | bash``, which runs the same script."""
+    from tackroom.agents.experts import make_agent_expert
+    from tackroom.core.actions import Shell
+
+    plain = make_agent_expert([Shell("echo hi > a.txt")], "shell-script")
+    assert plain.script == "set -e\necho hi > a.txt"
+    script = "# use the `ls` command\necho \"$(printf %s ok)\" > b.txt\ncat <(echo c) > c.txt"
+    expert = make_agent_expert([Shell(script)], "shell-script")
+    assert not any(m in expert.script for m in ("$(", "`", "<(", ">(")), expert.script
+    assert expert.script.startswith("echo ") and expert.script.endswith(" | base64 -d | bash")
+    subprocess.run(["bash", "-c", expert.script], cwd=tmp_path, check=True)
+    assert [(tmp_path / f).read_text() for f in ("b.txt", "c.txt")] == ["ok\n", "c\n"]

@@ -29,6 +29,7 @@ Formats (the harness's ``[agent] expert``; each registered as kind ``agent_exper
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
 from collections.abc import Sequence
@@ -166,9 +167,22 @@ class ShellToolExpert(AgentExpert):
 class ShellScriptExpert(ShellToolExpert):
     """Calls the CLI's shell tool with the script as it is, its lines and all: Gemini CLI's
     ``run_shell_command`` runs its command with ``bash -c`` itself, and strips a leading
-    ``bash -c '...'`` without undoing the quoting inside, which breaks the script."""
+    ``bash -c '...'`` without undoing the quoting inside, which breaks the script.
+
+    Gemini CLI also refuses any command with command substitution in it — ``$(…)``,
+    backticks, ``<(…)``, ``>(…)`` — wherever they are, a comment or a quoted heredoc
+    included. Such a script goes base64-encoded and decoded into ``bash`` (coreutils'
+    ``base64``, in every image), as a model would have to send it.
+    """
 
     one_line = False
+
+    def write(self, actions: Sequence[Action]) -> str:
+        script = super().write(actions)
+        if not any(mark in script for mark in ("$(", "`", "<(", ">(")):
+            return script
+        encoded = base64.b64encode(script.encode()).decode()
+        return f"echo {encoded} | base64 -d | bash"
 
 
 @register("agent_expert", "exec-command")
