@@ -29,6 +29,7 @@ secrets and the records that must not keep them use it. The rules:
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import re
@@ -63,7 +64,18 @@ _SECRET_TEXT = re.compile(
     # Hugging Face and GitHub tokens.
     r"|(?<![A-Za-z0-9])(?:hf|gh[pousr]|github_pat)_[A-Za-z0-9_]{20,}"
 )
-_BEARER = re.compile(r"\b([Bb]earer|BEARER|[Bb]asic)\s+[A-Za-z0-9._~+/=-]{8,}")
+_BEARER = re.compile(r"\b([Bb]earer|BEARER)\s+[A-Za-z0-9._~+/=-]{8,}")
+# Basic credentials are base64 of ``user:password``: only a word that decodes to one, so
+# that prose ("Basic terminal detected", Gemini CLI's start-up line) is left alone.
+_BASIC = re.compile(r"\b([Bb]asic|BASIC)\s+([A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])")
+
+
+def _basic(m: re.Match[str]) -> str:
+    try:
+        pair = base64.b64decode(m.group(2), validate=True)
+    except ValueError:  # binascii.Error: not base64
+        return m.group(0)
+    return f"{m.group(1)} {REDACTED}" if b":" in pair else m.group(0)
 # ``api_key=...``, ``"password": "..."``, ``Authorization: xyz`` inside text
 # (command lines, JSON strings such as tool-call arguments, URLs).
 _SECRET_ASSIGNMENT = re.compile(
@@ -201,6 +213,7 @@ def scrub_text(text: str) -> str:
     text = redact_url(text)
     text = _SECRET_TEXT.sub(REDACTED, text)
     text = _BEARER.sub(rf"\1 {REDACTED}", text)
+    text = _BASIC.sub(_basic, text)
     return _SECRET_ASSIGNMENT.sub(rf"\1{REDACTED}", text)
 
 
