@@ -9,7 +9,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 export MINIWOB_CHROME_BINARY ?= /usr/bin/chromium
 export MINIWOB_CHROMEDRIVER ?= /usr/bin/chromedriver
 
-.PHONY: setup system demo test check lint types bench clean policy policy-table
+.PHONY: setup system demo test check lint types bench clean policy policy-table matrix
 
 ## system packages: Chromium + ChromeDriver (MiniWoB++), bubblewrap (shell sandbox),
 ## mmdebstrap (Debian root file systems for task environments built from Dockerfiles),
@@ -90,6 +90,11 @@ test: lint types
 ## the quick lane: lint, types, and every test not marked slow or browser (<= 3 min)
 check: lint types
 	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not slow and not browser"
+
+## every agent CLI on every public Terminal-Bench/Harbor task, under bubblewrap and Docker
+## (tests/test_agent_layers.py; ~15 min on 2 cores; `make test` runs a cover of it)
+matrix: setup
+	$(PY) -m pytest -p no:xdist -m matrix -s tests/test_agent_layers.py
 
 bench: setup
 	$(PY) bench/overhead.py

@@ -1,13 +1,20 @@
-"""Agent CLIs on environments built from real tasks' Dockerfiles, through agent layers.
+"""Every shipped agent CLI inside real tasks' own environments, under bubblewrap and Docker.
 
-Two real-task fixtures are imported (built and checked: the untouched tests fail, the
-oracle passes): ``jq-count-items`` (``debian:bookworm-slim`` and jq: no Python, no Node)
-and ``hello-world`` (Terminal-Bench's Ubuntu 24.04 base, whose Python 3.13 no pip CLI
-here supports). Each shipped agent CLI then runs each task's oracle through its expert,
-on its agent layer (``tackroom/images/agent_layer.py``), built once into the shared
-cache ``$TACKROOM_CACHE/images`` and reused by every later run. Under ``--sandbox docker``
-a sample of them (a Python CLI and a Node CLI) runs in the episode's container with the same
-outcomes, cell by cell, and the reachability check holds there too.
+The tasks are public, written by their authors, not by us (``tests/public_tasks.py``):
+eight of Terminal-Bench's own task directories (its ``task.yaml`` layout, from its PyPI
+source distribution) and two in the Harbor layout (``task.toml``) as Harbor's own mapper
+writes them, on Terminal-Bench's Ubuntu 24.04 and Python 3.13 bases, with apt and pip
+installs in their Dockerfiles; and ``jq-count-items`` (``debian:bookworm-slim`` and jq: an
+image with no Python and no Node, which no public task offline here has). All are imported
+through the CLI and checked: each one's untouched tests fail and its oracle passes.
+
+Each shipped agent CLI then runs tasks' oracles through its expert on its agent layer
+(``tackroom/images/agent_layer.py``: built once into ``$TACKROOM_CACHE/images``, reused by
+every later run). ``make test`` runs a cover of the matrix that fits its budget: every CLI
+on two tasks and every task under at least one CLI under bubblewrap, and one task per CLI
+under ``--sandbox docker`` with outcomes equal to bubblewrap's cell by cell. The whole
+matrix — every CLI on every task under both — is ``make matrix`` (marked ``matrix``;
+several minutes: docs/terminal.md has its last table).
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from conftest import free_port, import_rows
+from inprocess_cli import run_here
+from public_tasks import harbor_mapped_tasks, terminal_bench_tasks
 
 import tackroom
 from tackroom.core.actions import RunAgent
@@ -29,7 +38,6 @@ from tackroom.images.build import build_count
 from tackroom.sandbox import sandbox_available
 from tackroom.suites.terminal import TerminalSuite
 from tackroom.suites.terminal.env import TerminalEnv
-from tackroom.suites.terminal.importer import import_tasks
 from tackroom.suites.terminal.taskdir import load_task
 from tackroom.testing import ScriptedOpenAIServer
 
@@ -41,28 +49,61 @@ pytestmark = [
     pytest.mark.slow]
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real-tasks"
-TASKS = {"jq-count-items": "harbor", "hello-world": "terminal-bench"}
+#: Terminal-Bench's own directories (task.yaml): Ubuntu 24.04 and Python 3.13 bases, apt
+#: (dos2unix, git, gcc) and pip (pandas, jsonschema) installs, a keystroke solution.yaml.
+TERMINAL_BENCH = ["hello-world", "fix-permissions", "processing-pipeline",
+                  "heterogeneous-dates", "organization-json-generator", "polyglot-c-py",
+                  "git-workflow-hack", "sqlite-db-truncate"]
+#: Harbor's layout (task.toml, schema 1.4) of two more, by Harbor's mapper.
+HARBOR = ["grid-pattern-transform", "modernize-fortran-build"]
+#: Ours: the image without Python.
+NO_PYTHON = "jq-count-items"
+TASKS = [*TERMINAL_BENCH, *HARBOR, NO_PYTHON]
 #: Every shipped agent harness of the terminal suite (the robot's is the robot suite's).
 SHIPPED = sorted(p.stem for p in AGENTS_DIR.glob("*.toml") if not p.stem.startswith("robot-"))
 #: Aider only edits files: a task that needs a shell cannot be expressed through it.
 EDITS_ONLY = {"aider"}
-#: OpenHands runs on built environments too (its layer copies this machine's Python 3.12,
-#: which no Debian release has), but its start-up would add over 30 s here: run by hand
-#: (docs/agents.md); here only where no Python 3.12 can be copied.
+ON_BUILT = [h for h in SHIPPED if h not in EDITS_ONLY]
+#: OpenHands starts in ~15 s (its Python 3.12 is this machine's, copied into its layer):
+#: one task per provider in the cover.
 SLOW = {"openhands"}
-ON_BUILT = [h for h in SHIPPED if h not in EDITS_ONLY and h not in SLOW]
+
+
+def cover() -> dict[str, list[str]]:
+    """Each CLI's tasks in ``make test``: two each (one for the slow CLI), round the task
+    list, so every task is run and each CLI's first task differs from the others'."""
+    tasks: dict[str, list[str]] = {}
+    at = 0
+    for cli in [h for h in ON_BUILT if h not in SLOW] + [h for h in ON_BUILT if h in SLOW]:
+        n = 1 if cli in SLOW else 2
+        tasks[cli] = [TASKS[(at + i) % len(TASKS)] for i in range(n)]
+        at += n
+    return tasks
+
+
+COVER = cover()
+assert {t for ts in COVER.values() for t in ts} == set(TASKS)
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
-    """The two fixtures imported and checked: built, untouched tests failing, oracle passing."""
+    """The tasks imported through ``tackroom tasks import``: built, checked (untouched tests
+    failing, oracle passing)."""
     work = tmp_path_factory.mktemp("agent-layers")
-    for name, layout in TASKS.items():
-        shutil.copytree(FIXTURES / layout / name, work / "src" / name)
-    results = import_tasks(work / "src", work / "tasks")
-    assert [(r.id, r.imported, r.checked) for r in results] == \
-        [(name, True, True) for name in sorted(TASKS)], results
-    return work / "tasks"
+    src = work / "src"
+    terminal_bench_tasks(TERMINAL_BENCH, src)
+    for task in harbor_mapped_tasks(HARBOR, work / "harbor").iterdir():
+        shutil.copytree(task, src / task.name)
+    shutil.copytree(FIXTURES / "harbor" / NO_PYTHON, src / NO_PYTHON)
+    p = run_here("tasks", "import", str(src), cwd=work,
+                 env_extra={"TACKROOM_TASKS": str(work / "tasks")})
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = import_rows(p.stdout)
+    assert {t: (r[1], r[3], r[4]) for t, r in rows.items()} == \
+        {t: ("yes", "fails", "passes") for t in TASKS}, p.stdout
+    assert (src / "grid-pattern-transform" / "task.toml").is_file()  # both layouts
+    assert (src / "hello-world" / "task.yaml").is_file()
+    return work / "tasks" / "terminal"
 
 
 @pytest.fixture(scope="module")
@@ -72,17 +113,32 @@ def layers() -> dict[str, object]:
     return {h: ensure_agent_layer(load_harness(h).agent) for h in ON_BUILT}
 
 
-#: Under Docker: one Python CLI and one Node CLI (each episode costs seconds of the budget;
-#: Gemini CLI starts in half Qwen Code's time).
-DOCKER_SAMPLE = ["gemini-cli", "mini-swe-agent"]
-DOCKER_TASK = "jq-count-items"
-
-
 def _cells(episodes: list) -> dict[tuple[str, str], tuple]:
     """Each episode's cell, (task, harness) -> what must be equal across providers."""
     return {(ep.task.split("/")[-1], ep.harness): (
         ep.outcome.value, ep.reward, len(ep.turns), (ep.meta.get("verifier") or {}).get("exit"))
         for ep in episodes}
+
+
+def _matrix(store: Path, cells: dict[str, list[str]], sandbox: str, db: Path) -> list:
+    """The expert episodes of ``cells`` (CLI -> tasks) as one run: the grid of every task and
+    CLI named, planned, then cut down to the cells (so they run side by side)."""
+    from tackroom.app.evaluation import execute
+
+    tasks = sorted({t for ts in cells.values() for t in ts})
+    p = tackroom.plan(TerminalSuite(store=store, sandbox=sandbox), tasks=tasks,
+                      harnesses=list(cells), policies=["expert"], seeds=[0], store=db)
+    wanted = {(t, c) for c, ts in cells.items() for t in ts}
+    p.grid.cells = [cell for cell in p.grid.cells
+                    if (cell.task.id, cell.harness.name) in wanted]
+    assert len(p.grid.cells) == len(wanted)
+    return execute(p, store=db).load_episodes()
+
+
+def _why(episodes: list) -> list:
+    return [(ep.task, ep.harness, ep.outcome.value, ep.error,
+             (ep.meta.get("agent") or {}).get("output", "")[-1500:])
+            for ep in episodes if ep.outcome.value != "success"]
 
 
 @pytest.fixture(scope="module")
@@ -91,42 +147,59 @@ def bubblewrap_cells() -> dict[tuple[str, str], tuple]:
     return {}
 
 
-@pytest.mark.parametrize("harness", ON_BUILT)
-def test_each_cli_runs_the_oracle_on_built_environments(tmp_path, store, layers, harness,
-                                                        bubblewrap_cells):
-    run = tackroom.evaluate(TerminalSuite(store=store), tasks=sorted(TASKS),
-                            harnesses=[harness], policies=["expert"], seeds=[0],
-                            store=tmp_path / "r.duckdb")
-    episodes = run.load_episodes()
+def test_every_cli_runs_oracles_on_built_environments(tmp_path, store, layers,
+                                                      bubblewrap_cells):
+    """The cover: each CLI on its tasks, every task under one CLI at least; every episode a
+    success, the CLI's own calls recorded, the verifier run after the agent layer left."""
+    episodes = _matrix(store, COVER, "bubblewrap", tmp_path / "r.duckdb")
     bubblewrap_cells.update(_cells(episodes))
-    assert sorted(ep.task.split("/")[-1] for ep in episodes) == sorted(TASKS)
+    assert set(bubblewrap_cells) == {(t, c) for c, ts in COVER.items() for t in ts}
+    assert not _why(episodes), _why(episodes)
     for ep in episodes:
         agent = ep.meta.get("agent") or {}
-        assert ep.outcome.value == "success", (ep.task, ep.error, agent.get("output", "")[-2000:])
-        assert agent["cli"] == harness and agent["calls"] == len(ep.turns) >= 1
+        assert agent["cli"] == ep.harness and agent["calls"] == len(ep.turns) >= 1
         # What the layer mounted is gone before the verifier ran: nothing of it is task output.
         assert ep.meta["verifier"]["exit"] == 0
 
 
-def test_under_docker_a_python_and_a_node_cli_have_bubblewraps_outcomes(
-        docker_daemon, tmp_path, store, layers, bubblewrap_cells):
-    """In the episode's container (the agent layer attached while the CLI runs), each cell
-    equals bubblewrap's: outcome, reward, model calls, the verifier's exit."""
-    cells = {(DOCKER_TASK, h) for h in DOCKER_SAMPLE}
-    if missing := sorted(h for t, h in cells - set(bubblewrap_cells)):  # run alone (-k)
-        run = tackroom.evaluate(TerminalSuite(store=store), tasks=[DOCKER_TASK],
-                                harnesses=missing, policies=["expert"], seeds=[0],
-                                store=tmp_path / "bubblewrap.duckdb")
-        bubblewrap_cells.update(_cells(run.load_episodes()))
-    run = tackroom.evaluate(TerminalSuite(store=store, sandbox="docker"), tasks=[DOCKER_TASK],
-                            harnesses=DOCKER_SAMPLE, policies=["expert"], seeds=[0],
-                            store=tmp_path / "docker.duckdb")
-    episodes = run.load_episodes()
+def test_under_docker_every_cli_has_bubblewraps_outcomes(docker_daemon, tmp_path, store, layers,
+                                                         bubblewrap_cells):
+    """In the episode's container (the agent layer attached while the CLI runs), each CLI on
+    its first task of the cover (seven tasks, all CLIs): each cell equals bubblewrap's —
+    outcome, reward, model calls, the verifier's exit."""
+    cells = {cli: tasks[:1] for cli, tasks in COVER.items()}
+    wanted = {(t, c) for c, ts in cells.items() for t in ts}
+    if missing := {c: [t] for t, c in wanted - set(bubblewrap_cells)}:  # run alone (-k)
+        bubblewrap_cells.update(_cells(_matrix(store, missing, "bubblewrap",
+                                               tmp_path / "bubblewrap.duckdb")))
+    episodes = _matrix(store, cells, "docker", tmp_path / "docker.duckdb")
     docker = _cells(episodes)
-    assert docker == {c: bubblewrap_cells[c] for c in cells}, [
-        (ep.harness, ep.error, (ep.meta.get("agent") or {}).get("output", "")[-1500:])
-        for ep in episodes]
+    assert docker == {c: bubblewrap_cells[c] for c in wanted}, _why(episodes)
     assert {o for o, *_ in docker.values()} == {"success"}
+
+
+@pytest.mark.matrix
+def test_the_whole_matrix_under_both_providers(tmp_path, store, layers, docker_daemon):
+    """``make matrix``: every CLI on every task, under bubblewrap and under Docker — at least
+    90% success, no infra_error, the two providers equal cell by cell. Prints the table."""
+    everything = {cli: TASKS for cli in ON_BUILT}
+    results = {sandbox: _matrix(store, everything, sandbox, tmp_path / f"{sandbox}.duckdb")
+               for sandbox in ("bubblewrap", "docker")}
+    cells = {sandbox: _cells(eps) for sandbox, eps in results.items()}
+    width = max(map(len, TASKS))
+    print(f"\n{'task':<{width}}  " + "  ".join(f"{c:>14}" for c in ON_BUILT))
+    for task in TASKS:
+        marks = ["/".join("ok" if cells[s][(task, c)][0] == "success" else
+                          cells[s][(task, c)][0] for s in cells) for c in ON_BUILT]
+        print(f"{task:<{width}}  " + "  ".join(f"{m:>14}" for m in marks))
+    for sandbox, eps in results.items():
+        outcomes = [ep.outcome.value for ep in eps]
+        print(f"{sandbox}: {outcomes.count('success')}/{len(eps)} success, "
+              f"{outcomes.count('infra_error')} infra_error")
+        assert len(eps) == len(TASKS) * len(ON_BUILT)
+        assert outcomes.count("infra_error") == 0, _why(eps)
+        assert outcomes.count("success") >= 0.9 * len(eps), _why(eps)
+    assert cells["docker"] == cells["bubblewrap"]
 
 
 def test_under_docker_an_agent_needs_root_beside_a_local_daemon(docker_daemon, store,
@@ -134,7 +207,7 @@ def test_under_docker_an_agent_needs_root_beside_a_local_daemon(docker_daemon, s
     """The CLI's files are attached to the running container from this machine: without
     root (or with a daemon elsewhere) the agent step is one line saying so, and the
     container is left as it was."""
-    td = load_task(store / DOCKER_TASK)
+    td = load_task(store / NO_PYTHON)
     env = TerminalEnv(Task(td.id, "terminal", frozenset({"run_agent", "submit"})), td,
                       sandbox="docker")
     try:
@@ -155,7 +228,7 @@ def test_under_docker_an_agent_needs_root_beside_a_local_daemon(docker_daemon, s
 
 def test_a_cli_no_runtime_fits_is_an_infra_error_saying_why(tmp_path, store, monkeypatch):
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "no-pyenv"))  # no Python 3.12 to copy
-    run = tackroom.evaluate(TerminalSuite(store=store), tasks=["jq-count-items"],
+    run = tackroom.evaluate(TerminalSuite(store=store), tasks=[NO_PYTHON],
                             harnesses=["openhands"], policies=["expert"], seeds=[0],
                             store=tmp_path / "r.duckdb")
     episodes = run.load_episodes()  # an infra_error is retried: each attempt says the same
@@ -172,15 +245,18 @@ def test_a_second_run_builds_nothing_and_a_changed_pin_builds_one_layer(layers):
     assert build_count(this_process=True) == before
     assert {h: (a.key, a.built) for h, a in again.items()} == \
         {h: (a.key, False) for h, a in layers.items()}
-    agent = load_harness("mini-swe-agent").agent
-    pinned = {**agent, "version": "2.4.5", "install": {"pip": ["mini-swe-agent==2.4.5"]}}
+    # Qwen Code's previous release: its install (one bundle from npm) takes seconds where a
+    # Python CLI's takes a minute; any CLI's layer is keyed the same way.
+    agent = load_harness("qwen-code").agent
+    assert agent["install"] == {"npm": ["@qwen-code/qwen-code@0.24.4"]}, agent["install"]
+    pinned = {**agent, "version": "0.24.3", "install": {"npm": ["@qwen-code/qwen-code@0.24.3"]}}
     entry = None
     try:
         new = ensure_agent_layer(pinned)
         entry = new.install.parent
         assert new.built and new.key not in {a.key for a in layers.values()}
         assert build_count(this_process=True) == before + 1
-        assert new.runtime == layers["mini-swe-agent"].runtime  # the runtime is shared
+        assert new.runtime == layers["qwen-code"].runtime  # the runtime is shared
     finally:
         if entry is not None:  # so that the next run builds it again
             shutil.rmtree(entry, ignore_errors=True)
