@@ -35,9 +35,11 @@ _HEREDOC = re.compile(r"(?<![<\w])<<-?\s*(['\"]?)([\w.-]+)\1")
 #: uv's install script lives on astral.sh and GitHub, which the build's network (package
 #: registries only) cannot reach; the same uv comes from PyPI. ``pip --user`` puts it where
 #: the script does (~/.local/bin), and the script's ``env`` file is written too, for the
-#: ``source $HOME/.local/bin/env`` that follows it in the test scripts.
+#: ``source $HOME/.local/bin/env`` that follows it in the test scripts. pip comes without
+#: apt's recommendations (a compiler and Python's headers: ~600 MB of a tests layer that
+#: Docker copies into every episode's container), as the real installer needs none.
 _UV_FUNCTION = r"""tackroom_install_uv() {
-  python3 -m pip --version >/dev/null 2>&1 || { apt-get update && apt-get install -y python3-pip; }
+  python3 -m pip --version >/dev/null 2>&1 || { apt-get update && apt-get install -y --no-install-recommends python3-pip; }
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --user --no-warn-script-location "uv${1:+==$1}"
   mkdir -p "$HOME/.local/bin"
   cat >"$HOME/.local/bin/env" <<'TACKROOM_EOF'
