@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from tackroom.core.actions import Shell, Submit
+from tackroom.core.actions import RunAgent, Shell, Submit
 from tackroom.core.errors import InfraError
 from tackroom.core.task import Task
 from tackroom.images.build import BuildError
@@ -46,8 +46,11 @@ def _task(root: Path, dockerfile: str, test_sh: str, toml: str = "") -> Path:
     return task
 
 
+@pytest.mark.parametrize("client", ["engine API", "docker CLI"])
 def test_an_episode_is_a_container_with_no_network_the_tasks_limits_and_harbors_layout(
-        docker_daemon, tmp_path):
+        docker_daemon, tmp_path, monkeypatch, client):
+    if client == "docker CLI":  # as with a DOCKER_HOST that is not this machine's socket
+        monkeypatch.setattr("tackroom.sandbox.docker.socket_path", lambda: None)
     task = _task(tmp_path, "FROM debian:bookworm-slim\nWORKDIR /app\n",
                  "#!/bin/bash\n[ -f /tests/test.sh ] && [ -f /app/done ] && r=1 || r=0\n"
                  "echo $r > /logs/verifier/reward.txt\n",
@@ -77,6 +80,25 @@ def test_an_episode_is_a_container_with_no_network_the_tasks_limits_and_harbors_
         assert "[exit code 1]" in run("(exec 3<>/dev/tcp/1.1.1.1/80) 2>/dev/null")
         assert "[exit code 0]" not in run("getent hosts pypi.org")  # no name resolves
         assert "[exit code 2]" in run("ls /tests /solution")  # not there until they run
+        # An agent program's files are attached while it runs (a fresh home, a read-only
+        # install), its memory limit is the container's meanwhile; afterwards nothing of
+        # them is left and the task's limit is back.
+        install = tmp_path / "install"
+        install.mkdir()
+        (install / "cli").write_text("echo agent ran\n")
+        agent = RunAgent(argv=("bash", "-c", "bash /opt/probe/cli; touch $HOME/kept; "
+                               "touch /opt/probe/x || echo read-only; cat /proc/self/cgroup "
+                               ">/dev/null; echo $HOME"),
+                         ro_binds={"/opt/probe": str(install)}, memory_mb=1024,
+                         files={"config.json": "{}"}, timeout_s=60)
+        during = container.run_agent(agent, env.limits, cwd="/app", env={})
+        assert during.exit_code == 0, during.output(500)
+        assert "agent ran" in during.stdout and "read-only" in during.stdout
+        assert "/agent-home" in during.stdout
+        assert "[exit code 2]" in run("ls -d /opt/probe /agent-home")  # detached, removed
+        host = json.loads(subprocess.run(["docker", "inspect", container.name],
+                                         capture_output=True, text=True, check=True).stdout)[0]
+        assert host["HostConfig"]["Memory"] == 768 << 20  # the task's limit restored
         run("touch /app/done")
         result = env.step(Submit())
         assert result.reward == 1.0 and result.success

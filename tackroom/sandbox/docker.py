@@ -31,7 +31,10 @@ the image:
   container's while it runs, its leftover processes are ended when it exits.
 
 Commands run as the image's root (``docker exec``), with an init process (``--init``) that
-reaps what they leave behind.
+reaps what they leave behind. The container's life — create, start, inspect, limits,
+removal — goes to the daemon's socket (:mod:`tackroom.images.engine`), not through the
+CLI, whose start-up alone costs more than the daemon's answer; the CLI stays for
+``exec``, ``cp`` and builds, and for everything when ``DOCKER_HOST`` points elsewhere.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import contextlib
 import functools
 import json
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -65,6 +69,7 @@ from tackroom.images.daemon import (
     has_image,
     tests_layer,
 )
+from tackroom.images.engine import container_path, request, socket_path
 from tackroom.sandbox.contract import CommandResult, Limits, Sandbox
 from tackroom.sandbox.process import ProcessSandbox, copy_tree, limit_in_output
 
@@ -72,6 +77,8 @@ from tackroom.sandbox.process import ProcessSandbox, copy_tree, limit_in_output
 MIN_PIDS = 64
 #: The script that attaches host paths to a running container (run as a process of its own).
 MOUNT_INTO = str(Path(__file__).with_name("mount_into.py"))
+#: Seconds that script has to attach (or detach) an agent's files.
+HOLD_START_S = 60
 #: The environment variable that marks an agent CLI's processes (its leftovers are ended).
 AGENT_MARK = "TACKROOM_AGENT_RUN"
 
@@ -90,6 +97,7 @@ def require_docker() -> None:
                          "root does), or use the default bubblewrap sandbox")
 
 
+@functools.cache
 @functools.cache
 def storage_quota() -> str | None:
     """Why ``--storage-opt size=`` cannot be used with this daemon (``None`` if it can)."""
@@ -140,29 +148,62 @@ class Container:
         self.name = f"tackroom-{uuid.uuid4().hex[:12]}"
         self.workdir = workdir
         self.notes: list[str] = list(self.image.notes)
-        memory = f"{limits.memory_mb}m"
         self._quota = (limits.memory_mb, max(limits.processes, MIN_PIDS))
-        args = ["run", "-d", "--name", self.name, "--network", "none", "--hostname", "sandbox",
-                "--memory", memory, "--memory-swap", memory,
-                "--pids-limit", str(self._quota[1]),
-                "--workdir", workdir, "--entrypoint", "sleep"]
-        if _has_init():
-            args.append("--init")
-        if cpus:
-            args += ["--cpus", f"{float(cpus):g}"]
+        storage = None
         if storage_mb:
             if (why := storage_quota()) is None:
-                args += ["--storage-opt", f"size={int(storage_mb)}m"]
+                storage = f"{int(storage_mb)}m"
             else:
                 self.notes.append(f"storage_mb = {storage_mb} not enforced: {why}")
-        for inside, host in ro_binds.items():
-            args += ["--mount", f"type=bind,source={Path(host).resolve()},target={inside},"
-                     "readonly"]
-        for key, value in env.items():
-            args += ["-e", f"{key}={value}"]
-        docker(*args, self.image.tag, "infinity", where=self.image.tag)
+        mounts = [(inside, str(Path(host).resolve())) for inside, host in ro_binds.items()]
+        #: Whether the daemon's socket is at hand (the Engine API), else the CLI is used.
+        self._api = socket_path() is not None
+        if self._api:
+            self._create(workdir, env, cpus, storage, mounts)
+        else:
+            memory = f"{limits.memory_mb}m"
+            args = ["run", "-d", "--name", self.name, "--network", "none",
+                    "--hostname", "sandbox", "--memory", memory, "--memory-swap", memory,
+                    "--pids-limit", str(self._quota[1]), "--workdir", workdir,
+                    "--entrypoint", "sleep"]
+            if _has_init():
+                args.append("--init")
+            if cpus:
+                args += ["--cpus", f"{float(cpus):g}"]
+            if storage:
+                args += ["--storage-opt", f"size={storage}"]
+            for inside, host in mounts:
+                args += ["--mount", f"type=bind,source={host},target={inside},readonly"]
+            for key, value in env.items():
+                args += ["-e", f"{key}={value}"]
+            docker(*args, self.image.tag, "infinity", where=self.image.tag)
         self._tests_done = False
         self._pid: int | None = None  # its first process, once an agent needed it
+
+    def _create(self, workdir: str, env: Mapping[str, str], cpus: float | None,
+                storage: str | None, mounts: list[tuple[str, str]]) -> None:
+        """``docker run -d`` of the container, as two Engine API calls (create, start)."""
+        host: dict[str, Any] = {
+            "NetworkMode": "none", "Init": _has_init(),
+            "Memory": self._quota[0] << 20, "MemorySwap": self._quota[0] << 20,
+            "PidsLimit": self._quota[1],
+            "Mounts": [{"Type": "bind", "Source": src, "Target": inside, "ReadOnly": True}
+                       for inside, src in mounts]}
+        if cpus:
+            host["NanoCpus"] = int(float(cpus) * 1e9)
+        if storage:
+            host["StorageOpt"] = {"size": storage}
+        config = {"Image": self.image.tag, "Entrypoint": ["sleep"], "Cmd": ["infinity"],
+                  "WorkingDir": workdir, "Hostname": "sandbox",
+                  "Env": [f"{key}={value}" for key, value in env.items()],
+                  "HostConfig": host}
+        made = request("POST", "/containers/create", config, query={"name": self.name},
+                       where=self.image.tag)
+        try:
+            request("POST", container_path(made["Id"], "start"), where=self.image.tag)
+        except InfraError:
+            self.close()
+            raise
 
     def exec_argv(self, argv: list[str], env: Mapping[str, str], cwd: str,
                   mode: str = "-i") -> list[str]:
@@ -249,39 +290,51 @@ class Container:
     @contextlib.contextmanager
     def attached(self, mounts: list[Attached]) -> Iterator[None]:
         """Attach ``mounts`` to the running container for the ``with`` block (see
-        ``mount_into.py``); the mount points it made are removed afterwards."""
+        ``mount_into.py``: one process holds them); the mount points it made are removed
+        afterwards."""
         pid = self._init_pid()
-        with tempfile.TemporaryDirectory(prefix="tackroom-mounts-") as tmp:
-            spec_file = Path(tmp) / "spec.json"
-            spec: dict[str, Any] = {"mounts": [[m.inside, str(m.host.resolve()), m.read_only]
-                                               for m in mounts]}
-            spec_file.write_text(json.dumps(spec))
-            made = self._mount_into("mount", pid, spec_file)
+        spec = [[m.inside, str(m.host.resolve()), m.read_only] for m in mounts]
+        holder = subprocess.Popen(  # noqa: S603 - our own script, by our own interpreter
+            [sys.executable, "-I", "-S", MOUNT_INTO, str(pid)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert holder.stdin is not None and holder.stdout is not None
+        try:
+            holder.stdin.write(json.dumps(spec).encode() + b"\n")
+            holder.stdin.flush()
+            ready = select.select([holder.stdout], [], [], HOLD_START_S)[0]
+            if not (ready and holder.stdout.readline().startswith(b"[")):
+                holder.kill()
+                why = holder.communicate(timeout=HOLD_START_S)[1]
+                raise InfraError("cannot attach an agent's files to the container: "
+                                 + (" ".join(why.decode(errors="replace").split())[-300:]
+                                    or f"no answer within {HOLD_START_S} s"), self.name,
+                                 "agent CLIs under --sandbox docker need a local daemon and "
+                                 "root (Linux 5.12 or later)")
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                holder.stdin.close()  # the holder detaches its mounts and exits
             try:
-                yield
-            finally:
-                spec["made"] = json.loads(made or "[]")
-                spec_file.write_text(json.dumps(spec))
-                self._mount_into("unmount", pid, spec_file)
-
-    def _mount_into(self, verb: str, pid: int, spec_file: Path) -> str:
-        proc = subprocess.run([sys.executable, "-I", MOUNT_INTO, verb, str(pid),  # noqa: S603
-                               str(spec_file)], capture_output=True, text=True, timeout=60)
-        if proc.returncode != 0:
-            raise InfraError(f"cannot {verb} an agent's files in the container: "
-                             f"{' '.join(proc.stderr.split())[-300:]}", self.name,
-                             "agent CLIs under --sandbox docker need a local daemon and root "
-                             "(Linux 5.12 or later)")
-        return proc.stdout.strip()
+                holder.wait(timeout=HOLD_START_S)
+            except subprocess.TimeoutExpired:
+                holder.kill()
+                holder.wait()
+            for stream in (holder.stdout, holder.stderr):
+                if stream is not None:
+                    stream.close()
 
     def _init_pid(self) -> int:
         """The container's first process, as this machine sees it: the daemon must be local
         (its containers' processes are this machine's) and this process root."""
         if self._pid is not None:
             return self._pid
-        out = docker("inspect", "--format", "{{.State.Pid}} {{.Id}}", self.name,
-                     where=self.name).stdout.decode().split()
-        pid, full_id = int(out[0]), out[1]
+        if self._api:
+            state = request("GET", container_path(self.name, "json"), where=self.name)
+            pid, full_id = int(state["State"]["Pid"]), str(state["Id"])
+        else:
+            out = docker("inspect", "--format", "{{.State.Pid}} {{.Id}}", self.name,
+                         where=self.name).stdout.decode().split()
+            pid, full_id = int(out[0]), out[1]
         if pid == 0:
             raise InfraError("the episode's container is no longer running", self.name,
                              "see the daemon's log (docker logs) for why it stopped")
@@ -299,6 +352,12 @@ class Container:
 
     def _set_quota(self, memory_mb: int, pids: int) -> None:
         """The container's memory and process limits (as ``docker run`` set them)."""
+        if self._api:
+            with contextlib.suppress(InfraError):  # as the CLI's, unchecked: best effort
+                request("POST", container_path(self.name, "update"),
+                        {"Memory": memory_mb << 20, "MemorySwap": memory_mb << 20,
+                         "PidsLimit": pids}, where=self.name)
+            return
         memory = f"{memory_mb}m"
         docker("update", "--memory", memory, "--memory-swap", memory, "--pids-limit", str(pids),
                self.name, check=False, where=self.name)
@@ -324,6 +383,11 @@ class Container:
 
     def close(self) -> None:
         """Remove the container."""
+        if self._api:
+            with contextlib.suppress(InfraError):  # gone already, or the daemon with it
+                request("DELETE", container_path(self.name), query={"force": "1"},
+                        ok=(200, 204, 404), where=self.name)
+            return
         docker("rm", "-f", self.name, check=False)
 
 

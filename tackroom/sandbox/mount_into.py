@@ -1,22 +1,23 @@
-"""Bind host paths into, and out of, a running container's mount namespace.
+"""Bind host paths into a running container's mount namespace while an agent runs there.
 
-Run as a script by root on the Docker daemon's machine (standard library only,
-a process of its own: ``setns`` into a mount namespace needs a single-threaded
-caller)::
+Run by root on the Docker daemon's machine as a process of its own (standard library only;
+``setns`` into a mount namespace needs a single-threaded caller)::
 
-    python3 mount_into.py mount PID SPEC.json     # SPEC: [[inside, host, read_only], ...]
-    python3 mount_into.py unmount PID SPEC.json
+    python3 -I -S mount_into.py PID      # stdin: one JSON line [[inside, host, read_only], ...]
 
-``mount`` clones each host path's mount tree (``open_tree``), makes it
-read-only when asked (``mount_setattr``), enters the mount namespace of the
-process ``PID`` (a container's init), makes the mount point there — the topmost
-missing directory of it is recorded, one line per path on standard output —
-and attaches the clone (``move_mount``). ``unmount`` detaches each in reverse
-order and removes the directories and files ``mount`` made (given as the
-``made`` list of the spec), so that nothing of them is left in the container's
-own file system. This is what ``docker run --mount`` does at a container's
-start, done while it runs: the daemon offers no way to add or remove a mount
-later. Needs Linux 5.12 (``mount_setattr``).
+It clones each host path's mount tree (``open_tree``), makes it read-only when asked
+(``mount_setattr``), enters the mount namespace of the process ``PID`` (a container's
+init), makes the mount point there and attaches the clone (``move_mount``); then prints
+one line — the JSON list of the topmost paths it made — and waits. When its standard
+input ends (the agent is done, or the tackroom process that started it died) it detaches
+each mount in reverse order and removes the directories and files it made, so that
+nothing of them is left in the container's own file system, and exits. A failure before
+the line is printed undoes what was done and exits 1 with the reason on standard error.
+
+This is what ``docker run --mount`` does at a container's start, done while it runs: the
+daemon offers no way to add or remove a mount later. One process holds the mounts for the
+agent's whole run — a Python start-up is ~20 ms, and a crash of its parent still detaches
+them. Needs Linux 5.12 (``mount_setattr``).
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ def _make(inside: str, is_dir: bool) -> str | None:
 
 
 def mount(pid: int, spec: list[list]) -> list[str]:
-    """Attach each ``[inside, host, read_only]`` in the namespace of ``pid``; returns the
-    paths made for them (topmost first), for :func:`unmount` to remove."""
+    """Attach each ``[inside, host, read_only]`` in the namespace of ``pid`` (entered for
+    good); returns the paths made for them (topmost first), for :func:`_detach` to remove."""
     clones = [(inside, os.path.isdir(host), _clone(host, bool(ro))) for inside, host, ro in spec]
     _enter(pid)
     made: list[str] = []
@@ -113,12 +114,6 @@ def mount(pid: int, spec: list[list]) -> list[str]:
         for _inside, _is_dir, fd in clones:
             os.close(fd)
     return made
-
-
-def unmount(pid: int, spec: list[list], made: list[str]) -> None:
-    """Detach the mounts of ``spec`` in the namespace of ``pid`` and remove ``made``."""
-    _enter(pid)
-    _detach([inside for inside, _host, _ro in spec], made)
 
 
 def _detach(points: list[str], made: list[str]) -> None:
@@ -146,18 +141,16 @@ def _remove(path: str) -> None:
 
 def main(argv: list[str]) -> int:
     try:
-        verb, pid, spec_file = argv
-        with open(spec_file) as f:
-            spec = json.load(f)
-        if verb == "mount":
-            print(json.dumps(mount(int(pid), spec["mounts"])))
-        elif verb == "unmount":
-            unmount(int(pid), spec["mounts"], spec.get("made", []))
-        else:
-            raise ValueError(f"unknown verb {verb!r}")
+        (pid,) = argv
+        spec = json.loads(sys.stdin.readline())
+        made = mount(int(pid), spec)
     except (OSError, ValueError) as e:
         print(f"mount_into.py: {e}", file=sys.stderr)
         return 1
+    print(json.dumps(made), flush=True)
+    sys.stdin.read()  # held until the agent is done (or its parent gone)
+    # Still in the container's mount namespace: detach there.
+    _detach([inside for inside, _host, _ro in spec], made)
     return 0
 
 
