@@ -23,7 +23,8 @@ agent episodes at once.
     (``run_agent``: a fresh home, the CLI's limits) running ``true``, teardown.
   - Docker: (e) a bare ``docker run --rm --network none <the task's imported base> true``;
     (f) a plain episode: the episode's container as ``tackroom/sandbox/docker.py`` makes
-    it, ``true`` run in it (``docker exec``), removed; (g) a cached **agent** episode
+    it (created and started through the daemon's socket), ``true`` run in it (``docker
+    exec``), removed; (g) a cached **agent** episode
     start: the same container, ``Container.run_agent`` running ``true`` (the agent layer
     attached to the running container, the CLI's limits set and restored, the mounts
     detached), removed.
@@ -263,7 +264,8 @@ def _profile(td, layers, action, n: int, docker_why: str | None) -> None:
     with tempfile.TemporaryDirectory(prefix="tackroom-bench-home-") as home, \
             mapped_userns() as fd:
         wrapped = [*as_image_root(), "bwrap", "--userns", str(fd), *BARE_BWRAP[1:]]
-        limited = [*BARE_BWRAP[:-3], "prlimit", "--nproc=64", "--", *BARE_BWRAP[-3:]]
+        limited = [*BARE_BWRAP[:-1],
+                   "ulimit -S -H -v 524288 -u 64 -f 65536 -c 0 || exit 126; true"]
         for _ in range(n):
             t0 = time.perf_counter()
             subprocess.run(BARE_BWRAP, check=True)
@@ -271,7 +273,7 @@ def _profile(td, layers, action, n: int, docker_why: str | None) -> None:
             subprocess.run(wrapped, check=True, pass_fds=(fd,))
             t0 = since("bare bwrap as the image's uid in its user namespace", t0)
             subprocess.run(limited, check=True)
-            t0 = since("bare bwrap with prlimit (the sandbox's limits)", t0)
+            t0 = since("bare bwrap with ulimit (the sandbox's limits)", t0)
             root = EpisodeRoot(layers, td.disk_mb)
             t0 = since("agent episode: tree (tmpfs + overlay)", t0)
             made = _missing_tops(root.path, [*action.ro_binds, action.home])
@@ -314,13 +316,13 @@ def _profile(td, layers, action, n: int, docker_why: str | None) -> None:
     for _ in range(n):
         t0 = time.perf_counter()
         box = Container(image, limits=limits, workdir=td.workdir, env=td.env)
-        t0 = since("the container started (docker run -d)", t0)
+        t0 = since("the container created and started (Engine API)", t0)
         box.sandbox(limits, cwd=td.workdir).run("true")
         t0 = since("`true` run in it (docker exec)", t0)
         box.run_agent(action, limits, cwd=td.workdir, env=td.env)
         t0 = since("Container.run_agent of `true` (attach, limits, exec, detach)", t0)
         box.close()
-        since("the container removed (docker rm -f)", t0)
+        since("the container removed (Engine API)", t0)
     print(f"\nwhere a Docker agent episode start goes, medians of {n} (ms), "
           f"load average {os.getloadavg()[0]:.1f}:")
     for key, values in rows.items():
