@@ -32,7 +32,8 @@ agent episodes at once.
   Targets: (d) within 2× of (a), (g) within 2× of (e).
 * **Concurrent agent episodes**: the same task imported into a store of its own, then
   ``--episodes`` episodes of ``--concurrent-harness`` with the expert policy, all at once
-  (``concurrency`` = ``--episodes``): episodes, successes, ``infra_error`` s, wall time.
+  (``concurrency`` = ``--episodes``), under each of ``--concurrent-sandboxes`` in turn
+  (bubblewrap, then Docker): episodes, successes, ``infra_error`` s, wall time.
   Target: ≥ 20 at once on 2 cores without an ``infra_error``.
 
 Needs root, bubblewrap and mmdebstrap; the Docker rows need a Docker daemon: one that
@@ -45,6 +46,7 @@ Usage::
         [--cold-cache DIR]   # reuse DIR as the cold cache (default: a fresh temporary one)
         [--agents mini-swe-agent,qwen-code]   # '' for none
         [--episodes 20] [--concurrent-harness mini-swe-agent]   # --episodes 0: none
+        [--concurrent-sandboxes bubblewrap,docker]
         [--episode-task jq-count-items] [--profile]   # where an agent episode's start goes, stage by stage
 """
 
@@ -271,7 +273,7 @@ def _profile(td, layers, action, n: int, docker_why: str | None) -> None:
             subprocess.run(BARE_BWRAP, check=True)
             t0 = since("bare bwrap", t0)
             subprocess.run(wrapped, check=True, pass_fds=(fd,))
-            t0 = since("bare bwrap as the image's uid in its user namespace", t0)
+            t0 = since("bare bwrap behind setpriv (the sandbox switches a thread)", t0)
             subprocess.run(limited, check=True)
             t0 = since("bare bwrap with ulimit (the sandbox's limits)", t0)
             root = EpisodeRoot(layers, td.disk_mb)
@@ -379,6 +381,8 @@ def main() -> None:
                     help="concurrent agent episodes on the first task (0: none)")
     ap.add_argument("--concurrent-harness", default="mini-swe-agent",
                     help="the agent harness of the concurrent episodes")
+    ap.add_argument("--concurrent-sandboxes", default="bubblewrap,docker",
+                    help="the sandbox providers the concurrent episodes run under, in turn")
     ap.add_argument("--no-docker", action="store_true", help="skip the Docker rows")
     ap.add_argument("--profile", action="store_true",
                     help="also print where an agent episode's start goes, stage by stage")
@@ -426,8 +430,13 @@ def main() -> None:
         _episode_starts(td, layers, action, args.n, docker_why)
         if args.profile:
             _profile(td, layers, action, args.n, docker_why)
-        if args.episodes:
-            _concurrent(sources[at], args.concurrent_harness, args.episodes, "bubblewrap")
+        for sandbox in filter(None, args.concurrent_sandboxes.split(",")):
+            if not args.episodes:
+                break
+            if sandbox == "docker" and docker_why is not None:
+                print(f"\nconcurrent episodes under docker: skipped ({docker_why})")
+                continue
+            _concurrent(sources[at], args.concurrent_harness, args.episodes, sandbox)
     finally:
         release()
         if not args.cold_cache:

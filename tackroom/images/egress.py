@@ -43,6 +43,7 @@ Root only: making a network namespace needs ``CAP_SYS_ADMIN``. Without it,
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import logging
@@ -51,7 +52,7 @@ import re
 import socket
 import struct
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from tackroom.core.errors import ConfigError, InfraError
@@ -169,6 +170,23 @@ def enter(ns_fd: int) -> None:
     if _setns(ns_fd, _CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"setns into a network namespace: {os.strerror(err)}")
+
+
+@contextlib.contextmanager
+def thread_inside(ns_fd: int) -> Iterator[None]:
+    """This thread alone in the network namespace ``ns_fd`` for the ``with`` block (a
+    namespace is a thread's own in Linux): what it starts meanwhile starts there, with no
+    code run in the child to get it there. Back to the thread's own namespace after."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        enter(ns_fd)
+        try:
+            yield
+        finally:
+            if _setns(home, _CLONE_NEWNET) != 0:  # cannot happen to root: say it if it does
+                raise OSError(ctypes.get_errno(), "setns back to this thread's namespace")
+    finally:
+        os.close(home)
 
 
 def _make_namespace(port: int | None, join: int | None = None) -> tuple[int, socket.socket | None]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import threading
 from collections.abc import Iterator
@@ -142,6 +143,60 @@ def _make_userns() -> int:
         os.close(go_w)
         os.waitpid(pid, 0)
     return fd
+
+
+#: ``setgroups``, ``setresgid`` and ``setresuid`` as raw system calls, by architecture:
+#: glibc's wrappers change every thread's credentials, the system calls only the caller's.
+_THREAD_CREDS = {"x86_64": (116, 119, 117), "aarch64": (159, 149, 147)}
+
+
+def thread_creds_supported() -> bool:
+    """Whether :func:`thread_as_image_root` can run here (root, a known architecture)."""
+    return os.geteuid() == 0 and os.uname().machine in _THREAD_CREDS
+
+
+@contextlib.contextmanager
+def thread_as_image_root() -> Iterator[None]:
+    """This thread alone as the image's root uid (:data:`IMAGE_UID`, no groups) for the
+    ``with`` block: a program it starts meanwhile starts as that uid, as under
+    :func:`as_image_root`'s ``setpriv`` but with no program in between (~1.3 ms of a
+    sandboxed command's ~6). Credentials are a thread's own in Linux; the rest of the
+    process stays root throughout.
+
+    The saved uid stays 0 meanwhile, so that the thread can come back; ``exec`` sets it to
+    the new uid, and a program started here runs as ``IMAGE_UID`` alone, with no
+    capabilities, exactly as after ``setpriv``.
+    """
+    setgroups, setresgid, setresuid = _THREAD_CREDS[os.uname().machine]
+    libc = _thread_libc()
+    uid, gid, groups = os.getuid(), os.getgid(), os.getgroups()
+
+    def call(number: int, *args: object) -> None:
+        longs = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+        if libc.syscall(ctypes.c_long(number), *longs) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"switching this thread's credentials: {os.strerror(err)}")
+
+    call(setgroups, 0, None)
+    try:
+        call(setresgid, IMAGE_UID, IMAGE_UID, gid)
+        try:
+            call(setresuid, IMAGE_UID, IMAGE_UID, uid)
+            try:
+                yield
+            finally:
+                call(setresuid, uid, uid, uid)
+        finally:
+            call(setresgid, gid, gid, gid)
+    finally:
+        call(setgroups, len(groups), (ctypes.c_uint * max(1, len(groups)))(*groups))
+
+
+@functools.cache
+def _thread_libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
 
 
 def as_image_root() -> list[str]:

@@ -54,8 +54,15 @@ from tackroom.core.errors import InfraError
 from tackroom.core.registry import register
 from tackroom.images.dockerfile import DOCKER_PATH
 from tackroom.images.egress import enter as enter_netns
+from tackroom.images.egress import thread_inside
 from tackroom.images.overlay import MS_NODEV, MS_NOSUID, mount, unmount
-from tackroom.images.userns import IMAGE_UID, as_image_root, mapped_userns
+from tackroom.images.userns import (
+    IMAGE_UID,
+    as_image_root,
+    mapped_userns,
+    thread_as_image_root,
+    thread_creds_supported,
+)
 from tackroom.sandbox.contract import CommandResult, Container, Limits, SandboxUnavailable
 from tackroom.sandbox.process import ProcessSandbox, child_setup, copy_tree, limit_in_output
 
@@ -397,14 +404,29 @@ class BubblewrapSandbox(ProcessSandbox):
             raise InfraError("sandbox is closed", str(self.workdir))
         if self._userns_fd >= 0:
             kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), self._userns_fd)
+        full = self.argv(argv, env)
+        child_env = self._env(env) if self.unsafe_local else {"PATH": SANDBOX_PATH}
+        prefix = as_image_root()
+        if full[:len(prefix)] == prefix and thread_creds_supported():
+            # On a built environment: this thread becomes the image's root (and enters the
+            # episode's network namespace) while it starts bwrap, instead of setpriv and a
+            # setns in the child — one program start fewer, and no Python in the child.
+            setup = child_setup()
+            if setup is not None:
+                kwargs["preexec_fn"] = setup
+            with contextlib.ExitStack() as thread:
+                if self.netns is not None:
+                    thread.enter_context(thread_inside(self.netns))
+                thread.enter_context(thread_as_image_root())
+                return subprocess.Popen(  # noqa: S603 - argv is built here, not by a shell
+                    full[len(prefix):], cwd="/", env=child_env,
+                    start_new_session=True, **kwargs)
         enter = functools.partial(enter_netns, self.netns) if self.netns is not None else None
         setup = child_setup(enter)
         if setup is not None:
             kwargs["preexec_fn"] = setup
         return subprocess.Popen(  # noqa: S603 - argv is built here, never through a shell
-            self.argv(argv, env), cwd=self.workdir,
-            env=self._env(env) if self.unsafe_local else {"PATH": SANDBOX_PATH},
-            start_new_session=True, **kwargs)
+            full, cwd=self.workdir, env=child_env, start_new_session=True, **kwargs)
 
     def _started(self, code: int, stdout: str, stderr: str) -> None:
         if not self.unsafe_local and code == 1 and stderr.startswith("bwrap:") and not stdout:
