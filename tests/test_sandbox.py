@@ -337,3 +337,49 @@ def test_images_never_import_the_sandbox():
             mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(m.startswith("tackroom.sandbox") for m in mods), path
+
+
+def _thread_status(field: str) -> str:
+    for line in Path("/proc/thread-self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError(field)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching a thread's credentials needs root")
+def test_a_thread_is_the_images_root_alone_and_comes_back_whole():
+    from tackroom.images.userns import IMAGE_UID, thread_as_image_root, thread_creds_supported
+
+    if not thread_creds_supported():
+        pytest.skip(f"no system call numbers for {os.uname().machine}: setpriv is used")
+    before = (os.getgroups(), _thread_status("CapEff"), _thread_status("Uid"))
+    inside, release, seen = threading.Event(), threading.Event(), {}
+
+    def switched() -> None:
+        with thread_as_image_root():
+            seen["uid"] = _thread_status("Uid").split()
+            seen["gid"] = _thread_status("Gid").split()
+            seen["groups"] = os.getgroups()
+            out = subprocess.run(["sh", "-c", "grep -E '^(Uid|CapEff|CapPrm):' /proc/self/status"],
+                                 capture_output=True, text=True, cwd="/")
+            seen["child"] = out.stdout.split()
+            inside.set()
+            release.wait(30)
+        seen["after"] = (os.getgroups(), _thread_status("CapEff"), _thread_status("Uid"))
+
+    worker = threading.Thread(target=switched)
+    worker.start()
+    assert inside.wait(30)
+    try:
+        # Meanwhile the rest of the process is root, as it was.
+        assert (os.geteuid(), _thread_status("Uid")) == (0, before[2])
+    finally:
+        release.set()
+        worker.join(30)
+    uid = str(IMAGE_UID)
+    assert seen["uid"] == [uid, uid, "0", uid]  # real, effective, saved (to come back), fs
+    assert seen["gid"][:2] == [uid, uid] and seen["groups"] == []
+    # What it starts is that uid alone, with no capability left.
+    assert seen["child"] == ["Uid:", uid, uid, uid, uid, "CapPrm:", "0000000000000000",
+                             "CapEff:", "0000000000000000"]
+    assert seen["after"] == before
