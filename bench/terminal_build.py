@@ -273,7 +273,7 @@ def _profile(td, layers, action, n: int, docker_why: str | None) -> None:
             subprocess.run(BARE_BWRAP, check=True)
             t0 = since("bare bwrap", t0)
             subprocess.run(wrapped, check=True, pass_fds=(fd,))
-            t0 = since("bare bwrap behind setpriv (the sandbox switches a thread)", t0)
+            t0 = since("bare bwrap behind setpriv (the old way)", t0)
             subprocess.run(limited, check=True)
             t0 = since("bare bwrap with ulimit (the sandbox's limits)", t0)
             root = EpisodeRoot(layers, td.disk_mb)
