@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -167,3 +168,30 @@ def test_a_prebuilt_docker_image_is_run_when_the_daemon_has_it(docker_daemon, tm
     p = run_cli("tasks", "import", str(task), cwd=tmp_path,
                 env_extra={"TACKROOM_TASKS": str(tmp_path / "store"), "COLUMNS": "300"})
     assert "prebuilt image" in p.stdout and "--sandbox docker" in p.stdout, p.stdout
+
+
+def test_the_engine_api_is_used_only_for_the_daemon_the_cli_would_reach(monkeypatch, tmp_path):
+    from tackroom.images.engine import socket_path
+
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(tmp_path / "d.sock"))
+    try:
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "config"))
+        monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'd.sock'}")
+        assert socket_path() == str(tmp_path / "d.sock")
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'missing.sock'}")
+        assert socket_path() is None  # no socket there: the CLI says why
+        monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.1:2375")
+        assert socket_path() is None  # another machine's daemon: the CLI's business
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'd.sock'}")
+        monkeypatch.setenv("DOCKER_CONTEXT", "remote")
+        assert socket_path() is None
+        monkeypatch.delenv("DOCKER_CONTEXT")
+        (tmp_path / "config").mkdir()
+        (tmp_path / "config" / "config.json").write_text('{"currentContext": "remote"}')
+        assert socket_path() is None  # as after `docker context use remote`
+        (tmp_path / "config" / "config.json").write_text('{"currentContext": "default"}')
+        assert socket_path() == str(tmp_path / "d.sock")
+    finally:
+        listening.close()

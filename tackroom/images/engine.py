@@ -2,14 +2,15 @@
 
 Each ``docker`` CLI call is a Go program's start-up — 25–40 ms on these machines, several
 times what the daemon spends answering — and an agent episode under ``--sandbox docker``
-made seven of them before its CLI ran (create, inspect, two ``update``\\s, ``rm``…). The
+made five of them around its CLI's run (``run``, ``inspect``, two ``update``\\s, ``rm``). The
 container's life (create, start, inspect, update, remove) goes straight to the daemon's
 socket instead, one HTTP request each on a connection of its own. Streaming commands
 (``docker exec -i``), builds, ``cp`` and ``import`` stay with the CLI, which does them well.
 
 The socket is ``DOCKER_HOST``'s when that is ``unix://…``, else ``/var/run/docker.sock``.
 :func:`socket_path` is ``None`` when the CLI is pointed elsewhere (a TCP or SSH
-``DOCKER_HOST``, a ``DOCKER_CONTEXT``) or the socket is missing: callers then use the CLI.
+``DOCKER_HOST``, a context other than the default) or the socket is missing: callers then
+use the CLI.
 """
 
 from __future__ import annotations
@@ -30,13 +31,23 @@ DEFAULT_SOCKET = "/var/run/docker.sock"
 
 def socket_path() -> str | None:
     """The daemon's Unix socket the CLI would talk to, or ``None`` (use the CLI)."""
-    if os.environ.get("DOCKER_CONTEXT"):
+    if os.environ.get("DOCKER_CONTEXT") or _current_context() not in ("", "default"):
         return None
     host = os.environ.get("DOCKER_HOST", "")
     if host and not host.startswith("unix://"):
         return None
     path = host[len("unix://"):] if host else DEFAULT_SOCKET
     return path if Path(path).is_socket() else None
+
+
+def _current_context() -> str:
+    """The CLI's current context as its config file names it (``""`` when none)."""
+    config = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
+    try:
+        value = json.loads(config.read_text()).get("currentContext", "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return value if isinstance(value, str) else ""
 
 
 class _UnixConnection(http.client.HTTPConnection):
