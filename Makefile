@@ -92,7 +92,7 @@ check: lint types
 	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not slow and not browser"
 
 ## every agent CLI on every public Terminal-Bench/Harbor task, under bubblewrap and Docker
-## (tests/test_agent_layers.py; ~15 min on 2 cores; `make test` runs a cover of it)
+## (tests/test_agent_layers.py; ~8–13 min on 2 cores; `make test` runs a cover of it)
 matrix: setup
 	$(PY) -m pytest -p no:xdist -m matrix -s tests/test_agent_layers.py
 
