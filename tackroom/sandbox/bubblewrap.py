@@ -407,13 +407,16 @@ class BubblewrapSandbox(ProcessSandbox):
         full = self.argv(argv, env)
         child_env = self._env(env) if self.unsafe_local else {"PATH": SANDBOX_PATH}
         prefix = as_image_root()
-        if full[:len(prefix)] == prefix and thread_creds_supported():
-            # On a built environment: this thread becomes the image's root (and enters the
-            # episode's network namespace) while it starts bwrap, instead of setpriv and a
-            # setns in the child — one program start fewer, and no Python in the child.
-            setup = child_setup()
-            if setup is not None:
-                kwargs["preexec_fn"] = setup
+        # On a built environment this thread becomes the image's root (and enters the
+        # episode's network namespace) while it starts bwrap, instead of setpriv and a setns
+        # in the child: one program start fewer, and no Python in the child.
+        threaded = full[:len(prefix)] == prefix and thread_creds_supported()
+        enter = (functools.partial(enter_netns, self.netns)
+                 if self.netns is not None and not threaded else None)
+        setup = child_setup(enter)
+        if setup is not None:
+            kwargs["preexec_fn"] = setup
+        if threaded:
             with contextlib.ExitStack() as thread:
                 if self.netns is not None:
                     thread.enter_context(thread_inside(self.netns))
@@ -421,10 +424,6 @@ class BubblewrapSandbox(ProcessSandbox):
                 return subprocess.Popen(  # noqa: S603 - argv is built here, not by a shell
                     full[len(prefix):], cwd="/", env=child_env,
                     start_new_session=True, **kwargs)
-        enter = functools.partial(enter_netns, self.netns) if self.netns is not None else None
-        setup = child_setup(enter)
-        if setup is not None:
-            kwargs["preexec_fn"] = setup
         return subprocess.Popen(  # noqa: S603 - argv is built here, never through a shell
             full, cwd=self.workdir, env=child_env, start_new_session=True, **kwargs)
 

@@ -98,7 +98,6 @@ def require_docker() -> None:
 
 
 @functools.cache
-@functools.cache
 def storage_quota() -> str | None:
     """Why ``--storage-opt size=`` cannot be used with this daemon (``None`` if it can)."""
     info = docker("info", "--format", "{{.Driver}} {{json .DriverStatus}}", check=False)
